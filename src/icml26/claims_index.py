@@ -1,0 +1,196 @@
+"""The explicit list of claims: the nineteen ICML 2026 papers, then the health check.
+
+A literal list, no import-time registration: reading it imports nothing heavy, so ``icml26 list``
+stays fast. A claim whose method has not landed has ``run=None`` and shows as "planned"; when a
+method lands, its entry gets ``run=lazy("icml26.NAME.claim:run")``.
+"""
+
+from __future__ import annotations
+
+from icml26.core.claims import Claim, lazy
+
+SERVING, COMPRESSION, TRAINING, EVALUATION, INTERP, APPS, HEALTH = (
+    "serving", "compression", "training", "evaluation", "interpretability", "applications",
+    "health check",
+)
+
+CLAIMS: list[Claim] = [
+    Claim(
+        name="tie",
+        paper="Scheduling LLM Inference with Uncertainty-Aware Output Length Predictions",
+        statement="Ranking requests by E[X] + beta*CVaR of a log-t output-length prediction cuts "
+        "mean per-token latency against learning-to-rank SJF.",
+        paper_figure="2.31x lower mean per-token latency than LTR",
+        area=SERVING,
+    ),
+    Claim(
+        name="oserve",
+        paper="OServe: Accelerating LLM Serving via Spatial-Temporal Workload Orchestration",
+        statement="Heterogeneous deployment plans with LP routing and live switching serve mixed "
+        "workloads faster than static homogeneous vLLM replicas.",
+        paper_figure="1.5x average (up to 2x) over static vLLM; 1.14x -> 2.66x as mix CV rises",
+        area=SERVING,
+    ),
+    Claim(
+        name="echo",
+        paper="ECHO: Elastic Speculative Decoding with Sparse Gating for High-Concurrency Scenarios",
+        statement="Budgeted elastic draft trees verified as one super-tree keep speculative "
+        "decoding profitable under high concurrency.",
+        paper_figure="up to 5.35x over AR; +14.4% over EAGLE-3 at batch 256",
+        area=SERVING,
+    ),
+    Claim(
+        name="binarypc",
+        paper="Training-Free Hashing-Based Attention via Binary Principal Components",
+        statement="64-bit binary-principal-component key codes select ~2% of cached tokens for "
+        "exact sparse decode attention with accuracy near full attention.",
+        paper_figure="accuracy near full attention; 3.56x decode throughput over FlashAttention",
+        area=SERVING,
+    ),
+    Claim(
+        name="restore",
+        paper="RESTORE: Improving Visual Token Reduction via Rectifying Distortions for "
+        "Efficient Multimodal LLM Inference",
+        statement="Restoring positions, a size/RoPE-distance bias and distinctive merge anchors "
+        "raises the accuracy kept by visual token reduction.",
+        paper_figure="LLaVA-1.5-7B at 64/576 tokens: 92.2% -> 96.5% of full accuracy",
+        area=SERVING,
+    ),
+    Claim(
+        name="lems",
+        paper="Advancing SVD-based LLM Compression via Layer-Wise Error Model Search",
+        statement="KFAC-whitened SVD with globally searched per-layer ranks compresses an LM to a "
+        "parameter budget at lower perplexity than earlier whitened SVD and uniform ranks.",
+        paper_figure="~15% lower perplexity than SVD-LLM-style whitened SVD",
+        area=COMPRESSION,
+    ),
+    Claim(
+        name="cat",
+        paper="Dissecting Quantization Error: A Concentration-Alignment Perspective",
+        statement="A concentration-alignment transform raises per-layer SQNR and matches or beats "
+        "rotation-based W4A4 quantization.",
+        paper_figure="matches or beats QuaRot, SpinQuant and FlatQuant at 4 bits",
+        area=COMPRESSION,
+    ),
+    Claim(
+        name="quartet2",
+        paper="Quartet II: Accurate LLM Pre-Training in NVFP4 by Improved Unbiased Gradient "
+        "Estimation",
+        statement="MS-EDEN is an unbiased NVFP4 gradient estimator with lower error than "
+        "stochastic rounding, narrowing the loss gap to BF16.",
+        paper_figure=">2x lower error than SR; loss gap to BF16 ~20-25% smaller than NVIDIA's recipe",
+        area=TRAINING,
+    ),
+    Claim(
+        name="sso",
+        paper="Controlled LLM Training on Spectral Sphere",
+        statement="Steepest descent on the spectral sphere reaches AdamW's and Muon's final loss "
+        "in fewer steps and keeps its best learning rate across widths.",
+        paper_figure="AdamW's final loss in 19% fewer steps (Muon: 12%) at 1.7B",
+        area=TRAINING,
+    ),
+    Claim(
+        name="quatro",
+        paper="Query-Adaptive Trust Region Policy Optimization for LLM Fine-tuning",
+        statement="Per-query KL trust regions enforced by Lagrangian duals keep GRPO-style RL "
+        "stable and improve pass@k.",
+        paper_figure="higher pass@k on six math benchmarks; stable entropy under staleness",
+        area=TRAINING,
+    ),
+    Claim(
+        name="uds",
+        paper="Utility-Diversity Aware Online Batch Selection for LLM Supervised Fine-tuning",
+        statement="Selecting the most useful and diverse examples of each batch beats "
+        "online-selection baselines at every data budget.",
+        paper_figure="best at every data budget; faster than full-data SFT",
+        area=TRAINING,
+    ),
+    Claim(
+        name="atlas",
+        paper="Adaptive Testing for LLM Evaluation: A Psychometric Alternative to Static "
+        "Benchmarks",
+        statement="IRT adaptive testing matches full-benchmark ability estimates from a few "
+        "percent of the items.",
+        paper_figure="HellaSwag ability with 41 of 5,600 items (MAE 0.157)",
+        area=EVALUATION,
+    ),
+    Claim(
+        name="algosteer",
+        paper="The Invisible Lottery: How Subtle Cues Steer Algorithm Choice in LLM Code "
+        "Generation",
+        statement="Incidental prompt cues shift which algorithm family code LLMs choose among "
+        "programs that pass the same tests.",
+        paper_figure="shifts up to 100 pp; semantic cues 67.2 pp vs innocuous 26.1 pp",
+        area=EVALUATION,
+    ),
+    Claim(
+        name="deepcommit",
+        paper="EvoClaw: Evaluating AI Agents on Continuous Software Evolution",
+        statement="Agents that solve isolated tasks score far lower when they must evolve one "
+        "codebase through a milestone DAG.",
+        paper_figure="> 80% isolated vs <= 38% continuous (resolve rate <= 13.37%)",
+        area=EVALUATION,
+    ),
+    Claim(
+        name="corrsteer",
+        paper="CorrSteer: Generation-Time LLM Steering via Correlated Sparse Autoencoder Features",
+        statement="Steering by SAE features whose generation-time activations correlate with "
+        "reward improves task accuracy with few side effects.",
+        paper_figure="+3.3% MMLU (Gemma-2 2B); +27.1% HarmBench",
+        area=INTERP,
+    ),
+    Claim(
+        name="cclrec",
+        paper="CCLRec: Consensus-driven Contrastive Learning for LLM-enhanced Graph "
+        "Recommendation",
+        statement="Weighting consensus pairs (graph and semantics agree) in contrastive learning "
+        "beats LLM-enhanced graph recommenders.",
+        paper_figure="beats the state of the art on Netflix and ML-1M (no numbers published)",
+        area=APPS,
+    ),
+    Claim(
+        name="chemcensor",
+        paper="When Single Answer Is Not Enough: Rethinking Single-Step Retrosynthesis "
+        "Benchmarks for LLMs",
+        statement="Chemical plausibility levels agree with chemists better than exact-match Top-K.",
+        paper_figure="plausibility matches chemists better than Top-K (no numbers published)",
+        area=APPS,
+    ),
+    Claim(
+        name="skillpro",
+        paper="Learning Reusable Skills from Experience via Non-Parametric PPO for LLM Agents",
+        statement="A procedural skill library evolved by non-parametric PPO raises agent returns "
+        "without weight updates.",
+        paper_figure="skill reuse 92.5% on Mastermind-v0; returns 0.463 / 0.333 (Hard / Extreme)",
+        area=APPS,
+    ),
+    Claim(
+        name="cyberpal",
+        paper="CyberPal 2.0: Toward Cybersecurity-Expert Small Language Models",
+        statement="SFT on grounded security reasoning data makes small LMs better at CVE->CWE "
+        "mapping and CTI questions.",
+        paper_figure="small models rival larger ones on cybersecurity benchmarks",
+        area=APPS,
+    ),
+    Claim(
+        name="smollm2-perplexity",
+        paper="(health check, not a paper) The packaged SmolLM2 reads English",
+        statement="The packaged SmolLM2-135M-Instruct predicts Wikipedia text far better than a "
+        "unigram model of the train split.",
+        paper_figure="unigram ppl / model ppl > 5",
+        run=lazy("icml26.core.sanity:run"),
+        area=HEALTH,
+    ),
+]
+
+
+def names() -> list[str]:
+    return [c.name for c in CLAIMS]
+
+
+def get(name: str) -> Claim:
+    """The claim called ``name``; ``KeyError`` listing the known names otherwise."""
+    for claim in CLAIMS:
+        if claim.name == name:
+            return claim
+    raise KeyError(f"unknown claim {name!r}; known: {', '.join(names())}")

@@ -1,0 +1,265 @@
+"""The ``icml26`` command: list, show, reproduce and report claims; method subcommands.
+
+Exit codes: 0 ok, 1 a claim errored, 2 usage (unknown name, bad option, bad input), 130 Ctrl-C.
+Heavy modules (torch, transformers) are imported only when a claim runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from icml26 import claims_index
+from icml26.core.claims import Progress, run_claim
+from icml26.core.errors import UserError
+from icml26.core.report import build_report, collect, headline_text
+
+app = typer.Typer(
+    name="icml26",
+    help="Methods of nineteen ICML 2026 papers, each with an honest miniature reproduction "
+    "of its headline claim. Start with `icml26 list`, then `icml26 reproduce NAME --scale tiny`.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(stderr=True)
+out_console = Console()
+
+
+class Scale(str, enum.Enum):
+    tiny = "tiny"
+    small = "small"
+    full = "full"
+
+
+OutOption = Annotated[
+    Path, typer.Option("--out", "-o", help="Results folder (JSON per claim, figures, report).")
+]
+
+
+@contextlib.contextmanager
+def _user_errors():
+    """Print a UserError as one line and exit 2, without a traceback."""
+    try:
+        yield
+    except UserError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+
+
+def _resolve(names: list[str]):
+    known = claims_index.names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown claim(s) {', '.join(map(repr, unknown))}; known claims: {', '.join(known)}",
+            param_hint="NAME",
+        )
+    return [claims_index.get(n) for n in names]
+
+
+def _status(claim, record) -> str:
+    if record is not None:
+        return record["verdict"]
+    return "planned" if claim.planned else "not run"
+
+
+_STYLE = {"reproduced": "green", "not reproduced": "red", "inconclusive": "yellow",
+          "error": "bold red", "planned": "dim", "not run": "dim"}
+
+
+@app.command("list")
+def list_(out: OutOption = Path("results")) -> None:
+    """The claims: method, area, what the paper reports, and the last verdict in OUT."""
+    records = collect(out)
+    table = Table(title="icml26 claims", show_lines=False)
+    for col in ("method", "area", "paper reports", "last verdict", "scale"):
+        table.add_column(col)
+    for c in claims_index.CLAIMS:
+        r = records.get(c.name)
+        status = _status(c, r)
+        table.add_row(c.name, c.area, c.paper_figure, f"[{_STYLE[status]}]{status}[/]",
+                      r["scale"] if r else "")
+    out_console.print(table)
+
+
+@app.command()
+def show(
+    name: Annotated[str, typer.Argument(help="A claim name from `icml26 list`.")],
+    out: OutOption = Path("results"),
+) -> None:
+    """A claim in full: paper, statement, paper figure, and the last measured result."""
+    (claim,) = _resolve([name])
+    r = collect(out).get(name)
+    out_console.print(f"[bold]{claim.name}[/] ({claim.area})")
+    out_console.print(f"paper:    {claim.paper}")
+    out_console.print(f"claim:    {claim.statement}")
+    out_console.print(f"reported: {claim.paper_figure}")
+    status = _status(claim, r)
+    out_console.print(f"status:   [{_STYLE[status]}]{status}[/]")
+    if r is None:
+        return
+    out_console.print(f"measured: {headline_text(r)} at scale {r['scale']}, seed {r['seed']}, "
+                      f"{r['wall_time_s']:.1f} s")
+    if r.get("error"):
+        out_console.print(f"[red]error:[/] {r['error'].get('type')}: {r['error'].get('message')}")
+    rows = r.get("rows") or []
+    if rows:
+        cols = list(dict.fromkeys(k for row in rows for k in row))
+        t = Table()
+        for col in cols:
+            t.add_column(col)
+        from icml26.core.report import format_value
+
+        for row in rows:
+            t.add_row(*(format_value(row.get(k)) for k in cols))
+        out_console.print(t)
+    for note in r.get("notes") or []:
+        out_console.print(f"- {note}")
+
+
+class RichProgress(Progress):
+    """The runner's progress handle, drawn with rich under the claims' overall bar."""
+
+    def __init__(self, progress) -> None:
+        self._p = progress
+
+    def track(self, iterable, total=None, description=""):
+        if total is None:
+            with contextlib.suppress(TypeError):
+                total = len(iterable)
+        task = self._p.add_task(f"  {description}", total=total)
+        try:
+            for item in iterable:
+                yield item
+                self._p.advance(task)
+        finally:
+            self._p.remove_task(task)
+
+    def task(self, description, total=None):
+        task = self._p.add_task(f"  {description}", total=total)
+        return lambda n=1: self._p.advance(task, n)
+
+    def log(self, message):
+        self._p.console.log(message)
+
+
+def _parse_opts(opts: list[str]) -> dict[str, str]:
+    parsed = {}
+    for item in opts:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--opt")
+        parsed[key.strip()] = value
+    return parsed
+
+
+@app.command()
+def reproduce(
+    names: Annotated[list[str] | None, typer.Argument(help="Claims to run (see `icml26 list`).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Run every claim that has landed.")] = False,
+    scale: Annotated[Scale, typer.Option(help="tiny: CI (< 60 s); small: ~15 min on 2 cores; "
+                                         "full: the paper's setting, for a GPU.")] = Scale.small,
+    seed: Annotated[int, typer.Option(help="Base seed (python, numpy, torch).")] = 0,
+    device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
+    opt: Annotated[list[str] | None, typer.Option("--opt", help="KEY=VALUE passed to the claim "
+                                                  "(e.g. model=PATH); repeatable.")] = None,
+    out: OutOption = Path("results"),
+    report: Annotated[bool, typer.Option(help="Rebuild the report afterwards.")] = True,
+) -> None:
+    """Run claims, write OUT/NAME/SCALE.json and figures, then rebuild the report."""
+    names = names or []
+    if all_ and names:
+        raise typer.BadParameter("give claim names or --all, not both", param_hint="--all")
+    if not all_ and not names:
+        raise typer.BadParameter(
+            f"name at least one claim or use --all; known: {', '.join(claims_index.names())}",
+            param_hint="NAME",
+        )
+    claims = [c for c in claims_index.CLAIMS if not c.planned] if all_ else _resolve(names)
+    planned = [c.name for c in claims if c.planned]
+    if planned:
+        raise typer.BadParameter(
+            f"{', '.join(planned)}: planned, the method has not landed yet", param_hint="NAME"
+        )
+    options = _parse_opts(opt or [])
+    _quiet_libraries()
+    from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn
+    from rich.progress import Progress as RichBar
+    from rich.progress import TimeElapsedColumn
+
+    errored = False
+    try:
+        with _user_errors(), RichBar(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+            MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False,
+        ) as bar:
+            overall = bar.add_task(f"claims ({scale.value})", total=len(claims))
+            for claim in claims:
+                bar.update(overall, description=f"{claim.name} ({scale.value})")
+                record = run_claim(claim, scale=scale.value, seed=seed, device=device,
+                                   out_root=out, progress=RichProgress(bar), options=options)
+                bar.advance(overall)
+                verdict = record["verdict"]
+                line = f"{claim.name}: [{_STYLE[verdict]}]{verdict}[/] — {headline_text(record)}"
+                line += f" ({record['wall_time_s']:.1f} s)"
+                if record.get("error"):
+                    errored = True
+                    line += f"\n  [red]{record['error']['type']}: {record['error']['message']}[/]"
+                bar.console.print(line)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted:[/] finished claims are saved; the interrupted one "
+                      "wrote nothing. Rebuild the report with `icml26 report`.")
+        raise typer.Exit(130) from None
+    if report:
+        md, page = build_report(claims_index.CLAIMS, out)
+        console.print(f"report: {page}")
+    if errored:
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    out: OutOption = Path("results"),
+    scale: Annotated[Scale | None, typer.Option(help="Only records of this scale (default: "
+                                                "the newest per claim).")] = None,
+) -> None:
+    """Rebuild OUT/report.md and OUT/report.html from the JSON records."""
+    md, page = build_report(claims_index.CLAIMS, out, scale.value if scale else None)
+    console.print(f"wrote {md} and {page}")
+
+
+def _quiet_libraries() -> None:
+    """No hub access and no per-tensor tqdm bars from transformers inside our progress display."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:  # raised outside a command's own handler
+        console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,367 @@
+"""Claims, their results and verdicts, and the runner that measures them.
+
+A :class:`Claim` is a paper's headline result in one sentence plus a ``run`` function that
+reproduces it in miniature and returns a :class:`Result`: the measured table, one headline
+:class:`Measure` (with its spread over seeds or a bootstrap CI) and the ``target`` the headline must
+beat. The runner, never the claim, turns headline and target into a :class:`Verdict`
+(:func:`decide`), times the run, catches its exceptions and writes ``results/NAME/SCALE.json``
+atomically.
+
+This module imports nothing heavy: ``icml26 list`` reads claims without importing torch.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import importlib.metadata
+import importlib.util
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from icml26.core.errors import UserError
+from icml26.core.io import atomic_write_json
+
+__all__ = [
+    "SCALES",
+    "Claim",
+    "Measure",
+    "Result",
+    "RunContext",
+    "Verdict",
+    "Progress",
+    "decide",
+    "lazy",
+    "run_claim",
+    "result_path",
+    "load_record",
+]
+
+SCALES = ("tiny", "small", "full")
+RECORD_VERSION = 1
+
+
+class Verdict(str, enum.Enum):
+    REPRODUCED = "reproduced"
+    NOT_REPRODUCED = "not reproduced"
+    INCONCLUSIVE = "inconclusive"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One measured number.
+
+    ``spread`` is ``(low, high)``: a confidence interval, or min/max over seeds; ``None`` when the
+    measurement is exact (deterministic, one run).
+    """
+
+    name: str
+    value: float
+    unit: str = ""
+    spread: tuple[float, float] | None = None
+    higher_is_better: bool = True
+
+    def __post_init__(self) -> None:
+        if self.spread is not None:
+            lo, hi = self.spread
+            if lo > hi:
+                raise ValueError(f"Measure {self.name!r}: spread must be (low, high); got {self.spread}")
+
+
+@dataclass
+class Result:
+    """What a claim's ``run`` returns. See DESIGN.md, "The claim contract"."""
+
+    rows: list[dict]
+    headline: Measure
+    target: float
+    notes: list[str] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+
+
+class Progress:
+    """The progress handle a claim reports to. This base class shows nothing (tests, library use).
+
+    ``track`` wraps an iterable; ``task`` returns a callable that advances a bar by ``n`` steps.
+    The CLI passes a rich-backed subclass.
+    """
+
+    def track(self, iterable: Iterable, total: int | None = None, description: str = "") -> Iterator:
+        yield from iterable
+
+    def task(self, description: str, total: float | None = None) -> Callable[[float], None]:
+        return lambda n=1: None
+
+    def log(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class RunContext:
+    """What a claim's ``run`` receives.
+
+    ``scale``: ``tiny`` (CI, < 60 s), ``small`` (default, <= ~15 min on 2 cores) or ``full`` (the
+    paper's configuration, for a GPU). ``options`` carries user settings given on the command
+    line as ``--opt key=value`` (a model path, a data file); a claim documents the keys it reads.
+    """
+
+    scale: str = "tiny"
+    seed: int = 0
+    device: str = "cpu"
+    out_dir: Path = field(default_factory=lambda: Path("results"))
+    progress: Progress = field(default_factory=Progress)
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.scale not in SCALES:
+            raise UserError(f"scale must be one of {', '.join(SCALES)}; got {self.scale!r}")
+        self.out_dir = Path(self.out_dir)
+
+    def pick(self, tiny: Any, small: Any, full: Any) -> Any:
+        """The value for this run's scale."""
+        return {"tiny": tiny, "small": small, "full": full}[self.scale]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's headline claim and how to reproduce it in miniature.
+
+    ``run`` is ``None`` while the method is planned (its issue has not landed); such claims are
+    listed and shown in the report as "planned" but cannot be run. ``area`` groups the index.
+    """
+
+    name: str
+    paper: str
+    statement: str
+    paper_figure: str
+    run: Callable[[RunContext], Result] | None = None
+    area: str = ""
+
+    @property
+    def planned(self) -> bool:
+        return self.run is None
+
+
+def lazy(target: str) -> Callable[[RunContext], Result]:
+    """A ``run`` function named ``"package.module:function"``, imported only when called.
+
+    Keeps ``claims_index.py`` a literal list without importing torch-heavy method modules.
+    """
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"lazy target must look like 'pkg.module:function'; got {target!r}")
+
+    def run(ctx: RunContext) -> Result:
+        return getattr(importlib.import_module(module_name), attr)(ctx)
+
+    run.__qualname__ = run.__name__ = f"lazy({target})"
+    run.target = target  # type: ignore[attr-defined]
+    return run
+
+
+def decide(headline: Measure, target: float) -> Verdict:
+    """The verdict rule, applied by the runner to every claim.
+
+    The headline must *beat* the target (strictly greater, or strictly smaller when lower is
+    better). With a spread ``(low, high)`` (widened to include the value itself): reproduced when
+    the whole interval beats the target, not reproduced when none of it does, inconclusive when the
+    interval straddles (or touches) the target. A NaN headline or target is an error.
+    """
+    value = float(headline.value)
+    if math.isnan(value) or math.isnan(float(target)):
+        return Verdict.ERROR
+    lo = hi = value
+    if headline.spread is not None:
+        s_lo, s_hi = (float(x) for x in headline.spread)
+        if math.isnan(s_lo) or math.isnan(s_hi):
+            return Verdict.INCONCLUSIVE
+        lo, hi = min(lo, s_lo), max(hi, s_hi)
+    if not headline.higher_is_better:  # mirror: smaller is better
+        lo, hi, target = -hi, -lo, -float(target)
+    if lo > target:
+        return Verdict.REPRODUCED
+    if hi < target or (hi == target and lo == hi):
+        return Verdict.NOT_REPRODUCED
+    return Verdict.INCONCLUSIVE
+
+
+def result_path(out_root: str | os.PathLike, name: str, scale: str) -> Path:
+    return Path(out_root) / name / f"{scale}.json"
+
+
+def load_record(path: str | os.PathLike) -> dict:
+    import json
+
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (the latter two only if importable)."""
+    random.seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover
+        pass
+    if "torch" in sys.modules or _can_import("torch"):
+        import torch
+
+        torch.manual_seed(seed)
+
+
+def _can_import(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def set_threads(n: int | None = None) -> int:
+    """Use ``n`` threads for torch (default: ``$ICML26_THREADS`` or every core). Returns n."""
+    n = n or int(os.environ.get("ICML26_THREADS", "0")) or (os.cpu_count() or 1)
+    if "torch" in sys.modules or _can_import("torch"):
+        import torch
+
+        torch.set_num_threads(n)
+    return n
+
+
+def environment(device: str, threads: int) -> dict[str, Any]:
+    """Versions, threads, device and git commit, recorded beside every result."""
+    versions = {"python": platform.python_version()}
+    for pkg in ("icml26", "torch", "transformers", "numpy", "scipy"):
+        try:
+            versions[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            versions[pkg] = None
+    env: dict[str, Any] = {
+        "versions": versions,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "threads": threads,
+        "device": device,
+        "git_commit": _git_commit(),
+    }
+    if device.startswith("cuda") and "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            env["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return env
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def run_claim(
+    claim: Claim,
+    *,
+    scale: str = "small",
+    seed: int = 0,
+    device: str = "cpu",
+    out_root: str | os.PathLike = "results",
+    progress: Progress | None = None,
+    options: Mapping[str, str] | None = None,
+    threads: int | None = None,
+) -> dict:
+    """Run one claim and write its record to ``out_root/NAME/SCALE.json``; return the record.
+
+    An exception inside the claim becomes verdict ``error`` with the traceback in the record (the
+    caller goes on to the next claim). ``KeyboardInterrupt`` is not caught: nothing is written
+    for the interrupted claim, and earlier records stay intact.
+    """
+    if claim.run is None:
+        raise UserError(f"claim {claim.name!r} is planned: its method has not landed yet")
+    out_root = Path(out_root)
+    out_dir = out_root / claim.name / scale
+    ctx = RunContext(
+        scale=scale,
+        seed=seed,
+        device=device,
+        out_dir=out_dir,
+        progress=progress or Progress(),
+        options=dict(options or {}),
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n_threads = set_threads(threads)
+    seed_everything(seed)
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    record: dict[str, Any] = {
+        "record_version": RECORD_VERSION,
+        "name": claim.name,
+        "paper": claim.paper,
+        "area": claim.area,
+        "statement": claim.statement,
+        "paper_figure": claim.paper_figure,
+        "scale": scale,
+        "seed": seed,
+        "options": dict(ctx.options),
+        "started_at": started.isoformat(timespec="seconds"),
+    }
+    try:
+        result = claim.run(ctx)
+        if not isinstance(result, Result):
+            raise TypeError(f"claim {claim.name!r} returned {type(result).__name__}, not Result")
+        verdict = decide(result.headline, result.target)
+        record.update(
+            verdict=verdict.value,
+            headline=asdict(result.headline),
+            target=float(result.target),
+            rows=[dict(r) for r in result.rows],
+            notes=list(result.notes),
+            figures=[_relative(Path(f), out_root) for f in result.figures],
+            error=None,
+        )
+        if verdict is Verdict.ERROR:
+            record["error"] = {"type": "ValueError", "message": "headline or target is NaN"}
+    except Exception as exc:  # noqa: BLE001 - any failure of a claim is reported, not raised
+        record.update(
+            verdict=Verdict.ERROR.value,
+            headline=None,
+            target=None,
+            rows=[],
+            notes=[],
+            figures=[],
+            error={
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": traceback.format_exc(),
+            },
+        )
+    record["wall_time_s"] = round(time.perf_counter() - t0, 3)
+    record["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    record["environment"] = environment(device, n_threads)
+    atomic_write_json(result_path(out_root, claim.name, scale), record)
+    return record
+
+
+def _relative(path: Path, root: Path) -> str:
+    """Figure paths are stored relative to the results root, so a results folder can move."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()

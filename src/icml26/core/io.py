@@ -1,0 +1,81 @@
+"""Atomic file writes: a crash or Ctrl-C leaves either the old file or the new one, never half.
+
+Every result, cache and checkpoint in icml26 goes through these helpers: the data is written to
+a temporary file in the same folder, flushed and fsynced, then moved over the target with
+``os.replace`` (atomic on POSIX and Windows within one file system).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+    """Open a temporary sibling of ``path`` for writing; on success move it over ``path``.
+
+    If the ``with`` body raises (including ``KeyboardInterrupt``), the temporary file is removed
+    and ``path`` is left exactly as it was.
+    """
+    if "r" in mode or "a" in mode or "+" in mode:
+        raise ValueError(f"atomic_open writes whole files; mode must be 'w' or 'wb', got {mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    with atomic_open(path, "wb") as f:
+        f.write(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return Path(path)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON; NaN and infinities (not JSON) are written as null."""
+    text = json.dumps(_finite(obj), indent=2, allow_nan=False, default=_jsonable)
+    return atomic_write_text(path, text + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _jsonable(obj: Any) -> Any:
+    """Fallback for numpy/torch scalars and paths in result records."""
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    for attr in ("item", "tolist"):
+        if hasattr(obj, attr):
+            return _finite(getattr(obj, attr)())
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON: {obj!r}")
