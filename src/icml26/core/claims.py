@@ -355,8 +355,8 @@ def run_claim(
     record["wall_time_s"] = round(time.perf_counter() - t0, 3)
     record["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     record["environment"] = environment(device, n_threads)
-    atomic_write_json(result_path(out_root, claim.name, scale), record)
-    return record
+    path = atomic_write_json(result_path(out_root, claim.name, scale), record)
+    return load_record(path)  # exactly what is on disk (tuples as lists, numpy as numbers)
 
 
 def _relative(path: Path, root: Path) -> str:

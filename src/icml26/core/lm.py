@@ -269,6 +269,7 @@ def byte_tokenizer():
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|pad|>", "<|bos|>", "<|eos|>"])  # ids 256, 257, 258 in this order
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<|pad|>", bos_token="<|bos|>", eos_token="<|eos|>"
     )

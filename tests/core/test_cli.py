@@ -1,0 +1,88 @@
+"""The command line: exit codes, clear errors, reproduce -> JSON + report, interrupts."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from icml26 import claims_index
+from icml26.cli import app
+from icml26.core.claims import Claim, Measure, Result
+
+runner = CliRunner()
+
+
+def _ok(ctx):
+    return Result(rows=[{"system": "m", "v": 1}], headline=Measure("h", 2.0, "x"), target=1.0)
+
+
+def _boom(ctx):
+    raise RuntimeError("kaput")
+
+
+def _interrupt(ctx):
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def fake_claims(monkeypatch):
+    claims = [Claim("good", "P", "S", "F", run=_ok, area="t"),
+              Claim("bad", "P", "S", "F", run=_boom, area="t"),
+              Claim("stop", "P", "S", "F", run=_interrupt, area="t"),
+              Claim("later", "P", "S", "F", area="t")]
+    monkeypatch.setattr(claims_index, "CLAIMS", claims)
+    return claims
+
+
+def test_list_and_show(fake_claims, tmp_path):
+    r = runner.invoke(app, ["list", "--out", str(tmp_path)])
+    assert r.exit_code == 0 and "good" in r.output and "planned" in r.output
+    r = runner.invoke(app, ["show", "good", "--out", str(tmp_path)])
+    assert r.exit_code == 0 and "not run" in r.output
+
+
+def test_unknown_name_exit_2_lists_known(fake_claims, tmp_path):
+    r = runner.invoke(app, ["reproduce", "nope", "--out", str(tmp_path)])
+    assert r.exit_code == 2
+    assert "good" in r.output and "bad" in r.output
+
+
+def test_bad_scale_exit_2_lists_allowed(fake_claims):
+    r = runner.invoke(app, ["reproduce", "good", "--scale", "huge"])
+    assert r.exit_code == 2
+    assert "tiny" in r.output and "small" in r.output and "full" in r.output
+
+
+def test_planned_and_empty_are_usage_errors(fake_claims, tmp_path):
+    assert runner.invoke(app, ["reproduce", "later", "--out", str(tmp_path)]).exit_code == 2
+    assert runner.invoke(app, ["reproduce", "--out", str(tmp_path)]).exit_code == 2
+    assert runner.invoke(app, ["reproduce", "good", "--opt", "novalue"]).exit_code == 2
+
+
+def test_reproduce_writes_json_and_report(fake_claims, tmp_path):
+    r = runner.invoke(app, ["reproduce", "good", "--scale", "tiny", "--out", str(tmp_path),
+                            "--opt", "model=/x"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads((tmp_path / "good" / "tiny.json").read_text())
+    assert rec["verdict"] == "reproduced" and rec["options"] == {"model": "/x"}
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "report.md").is_file()
+    r = runner.invoke(app, ["show", "good", "--out", str(tmp_path)])
+    assert "reproduced" in r.output
+
+
+def test_errored_claim_exit_1_others_still_run(fake_claims, tmp_path):
+    r = runner.invoke(app, ["reproduce", "bad", "good", "--scale", "tiny", "--out", str(tmp_path)])
+    assert r.exit_code == 1
+    assert json.loads((tmp_path / "bad" / "tiny.json").read_text())["verdict"] == "error"
+    assert json.loads((tmp_path / "good" / "tiny.json").read_text())["verdict"] == "reproduced"
+    assert "kaput" in (tmp_path / "report.html").read_text()
+
+
+def test_ctrl_c_keeps_earlier_results(fake_claims, tmp_path):
+    r = runner.invoke(app, ["reproduce", "good", "stop", "--scale", "tiny", "--out", str(tmp_path)])
+    assert r.exit_code == 130
+    assert json.loads((tmp_path / "good" / "tiny.json").read_text())["verdict"] == "reproduced"
+    assert not (tmp_path / "stop" / "tiny.json").exists()
+    assert not list(tmp_path.rglob("*.tmp"))
+    r = runner.invoke(app, ["report", "--out", str(tmp_path)])
+    assert r.exit_code == 0 and (tmp_path / "report.html").is_file()

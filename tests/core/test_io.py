@@ -1,0 +1,45 @@
+"""Atomic writes: an interrupted write leaves the old file intact and no temporary behind."""
+
+import json
+import math
+
+import pytest
+
+from icml26.core.io import atomic_open, atomic_write_json, atomic_write_text
+
+
+def test_write_then_overwrite(tmp_path):
+    p = tmp_path / "a" / "b.json"
+    atomic_write_json(p, {"x": 1})
+    atomic_write_json(p, {"x": 2})
+    assert json.loads(p.read_text()) == {"x": 2}
+    assert sorted(x.name for x in p.parent.iterdir()) == ["b.json"]
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_interrupted_write_keeps_old_file(tmp_path, exc):
+    p = tmp_path / "r.json"
+    atomic_write_text(p, "old")
+    with pytest.raises(exc), atomic_open(p, "w") as f:
+        f.write("half of the new cont")
+        raise exc("killed mid-write")
+    assert p.read_text() == "old"
+    assert [x.name for x in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_unserialisable_object_leaves_nothing(tmp_path):
+    p = tmp_path / "r.json"
+    with pytest.raises(TypeError, match="cannot write"):
+        atomic_write_json(p, {"x": object()})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nan_written_as_null(tmp_path):
+    p = tmp_path / "n.json"
+    atomic_write_json(p, {"a": math.nan, "b": [1.0, math.inf]})
+    assert json.loads(p.read_text()) == {"a": None, "b": [1.0, None]}
+
+
+def test_read_mode_refused(tmp_path):
+    with pytest.raises(ValueError, match="mode"), atomic_open(tmp_path / "x", "r"):
+        pass

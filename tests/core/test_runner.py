@@ -1,0 +1,101 @@
+"""The runner: records, verdicts computed (not written by claims), errors, interrupts."""
+
+import json
+
+import pytest
+
+from icml26.core.claims import (
+    Claim,
+    Measure,
+    Result,
+    RunContext,
+    lazy,
+    result_path,
+    run_claim,
+)
+from icml26.core.errors import UserError
+
+
+def _ok(ctx: RunContext) -> Result:
+    return Result(
+        rows=[{"system": "m", "score": 2.0}, {"system": "baseline", "score": 1.0}],
+        headline=Measure("ratio", 2.0, "x", (1.5, 2.5)),
+        target=1.2,
+        notes=[f"scale={ctx.scale}"],
+    )
+
+
+def _boom(ctx):
+    raise RuntimeError("the claim blew up")
+
+
+def _interrupt(ctx):
+    raise KeyboardInterrupt
+
+
+def test_record_written_with_computed_verdict(tmp_path):
+    rec = run_claim(Claim("ok", "P", "S", "F", run=_ok), scale="tiny", seed=3, out_root=tmp_path)
+    on_disk = json.loads(result_path(tmp_path, "ok", "tiny").read_text())
+    assert on_disk == rec
+    assert rec["verdict"] == "reproduced"
+    assert rec["seed"] == 3 and rec["scale"] == "tiny"
+    assert rec["headline"]["spread"] == [1.5, 2.5]
+    assert rec["environment"]["threads"] >= 1
+    assert rec["environment"]["versions"]["python"]
+    assert rec["notes"] == ["scale=tiny"]
+
+
+def test_exception_becomes_error_record(tmp_path):
+    rec = run_claim(Claim("bad", "P", "S", "F", run=_boom), scale="tiny", out_root=tmp_path)
+    assert rec["verdict"] == "error"
+    assert rec["error"]["message"] == "the claim blew up"
+    assert "RuntimeError" in rec["error"]["traceback"]
+    assert result_path(tmp_path, "bad", "tiny").is_file()
+
+
+def test_interrupt_writes_nothing_and_keeps_earlier(tmp_path):
+    run_claim(Claim("ok", "P", "S", "F", run=_ok), scale="tiny", out_root=tmp_path)
+    before = result_path(tmp_path, "ok", "tiny").read_text()
+    with pytest.raises(KeyboardInterrupt):
+        run_claim(Claim("ok", "P", "S", "F", run=_interrupt), scale="tiny", out_root=tmp_path)
+    assert result_path(tmp_path, "ok", "tiny").read_text() == before
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_claim_returning_wrong_type_is_error(tmp_path):
+    rec = run_claim(Claim("w", "P", "S", "F", run=lambda ctx: {"x": 1}), scale="tiny",
+                    out_root=tmp_path)
+    assert rec["verdict"] == "error" and "not Result" in rec["error"]["message"]
+
+
+def test_seeding_is_applied(tmp_path):
+    import random
+
+    import torch
+
+    seen = []
+
+    def draw(ctx):
+        seen.append((random.random(), float(torch.rand(1))))
+        return _ok(ctx)
+
+    for _ in range(2):
+        run_claim(Claim("d", "P", "S", "F", run=draw), scale="tiny", seed=7, out_root=tmp_path)
+    assert seen[0] == seen[1]
+
+
+def test_planned_claim_cannot_run(tmp_path):
+    with pytest.raises(UserError, match="planned"):
+        run_claim(Claim("p", "P", "S", "F"), out_root=tmp_path)
+
+
+def test_bad_scale():
+    with pytest.raises(UserError, match="tiny, small, full"):
+        RunContext(scale="huge")
+
+
+def test_lazy_imports_on_call_only():
+    run = lazy("json:dumps")
+    assert run([1]) == "[1]"
+    with pytest.raises(ValueError, match="pkg.module:function"):
+        lazy("no_colon")

@@ -1,0 +1,64 @@
+"""The verdict rule: every verdict, the straddling spread, and its mirror symmetry."""
+
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from icml26.core.claims import Measure, Verdict, decide
+
+
+def m(value, spread=None, hib=True):
+    return Measure("x", value, "", spread, hib)
+
+
+@pytest.mark.parametrize(
+    ("headline", "target", "expected"),
+    [
+        (m(6.0), 5.0, Verdict.REPRODUCED),
+        (m(4.0), 5.0, Verdict.NOT_REPRODUCED),
+        (m(5.0), 5.0, Verdict.NOT_REPRODUCED),  # must beat, not equal
+        (m(6.0, (5.5, 7.0)), 5.0, Verdict.REPRODUCED),
+        (m(6.0, (4.5, 7.0)), 5.0, Verdict.INCONCLUSIVE),  # straddles
+        (m(4.0, (3.0, 5.5)), 5.0, Verdict.INCONCLUSIVE),  # straddles from below
+        (m(4.0, (3.0, 4.5)), 5.0, Verdict.NOT_REPRODUCED),
+        (m(6.0, (5.0, 7.0)), 5.0, Verdict.INCONCLUSIVE),  # touches the target
+        (m(0.8, hib=False), 1.0, Verdict.REPRODUCED),
+        (m(1.2, hib=False), 1.0, Verdict.NOT_REPRODUCED),
+        (m(0.8, (0.7, 1.1), hib=False), 1.0, Verdict.INCONCLUSIVE),
+        (m(0.8, (0.7, 0.9), hib=False), 1.0, Verdict.REPRODUCED),
+        (m(float("nan")), 1.0, Verdict.ERROR),
+        (m(1.0), float("nan"), Verdict.ERROR),
+    ],
+)
+def test_each_verdict(headline, target, expected):
+    assert decide(headline, target) is expected
+
+
+def test_spread_is_widened_to_include_the_value():
+    # a spread that excludes the value (a buggy CI) must not hide a straddle
+    assert decide(m(4.0, (5.5, 7.0)), 5.0) is Verdict.INCONCLUSIVE
+
+
+def test_spread_must_be_ordered():
+    with pytest.raises(ValueError, match="spread must be"):
+        Measure("x", 1.0, spread=(2.0, 1.0))
+
+
+finite = st.floats(-1e6, 1e6, allow_nan=False)
+
+
+@given(finite, finite, finite, finite)
+def test_lower_is_better_mirrors_higher_is_better(v, a, b, t):
+    lo, hi = sorted((a, b))
+    up = decide(m(v, (lo, hi)), t)
+    down = decide(m(-v, (-hi, -lo), hib=False), -t)
+    assert up is down
+
+
+@given(finite, finite, finite)
+def test_reproduced_iff_whole_interval_beats_target(v, a, t):
+    lo, hi = sorted((v, a))
+    verdict = decide(m(v, (lo, hi)), t)
+    assert (verdict is Verdict.REPRODUCED) == (lo > t)
+    assert (verdict is Verdict.NOT_REPRODUCED) == (hi < t or (lo == hi == t))
