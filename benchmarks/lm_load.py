@@ -43,8 +43,10 @@ def main(repeats: int = 3) -> None:
     c = [cached() for _ in range(repeats)]
     u = [uncached() for _ in range(repeats)]
     cm, um = statistics.median(c), statistics.median(u)
-    print(f"| SmolLM2 load (fp32, model + tokenizer) | cached {cm:.2f} s | GGUF {um:.2f} s "
-          f"| {um / cm:.1f}x faster | median of {repeats}, {torch.get_num_threads()} threads |")
+    print(
+        f"| SmolLM2 load (fp32, model + tokenizer) | cached {cm:.2f} s | GGUF {um:.2f} s "
+        f"| {um / cm:.1f}x faster | median of {repeats}, {torch.get_num_threads()} threads |"
+    )
 
 
 if __name__ == "__main__":

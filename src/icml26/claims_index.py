@@ -10,7 +10,12 @@ from __future__ import annotations
 from icml26.core.claims import Claim, lazy
 
 SERVING, COMPRESSION, TRAINING, EVALUATION, INTERP, APPS, HEALTH = (
-    "serving", "compression", "training", "evaluation", "interpretability", "applications",
+    "serving",
+    "compression",
+    "training",
+    "evaluation",
+    "interpretability",
+    "applications",
     "health check",
 )
 
@@ -141,8 +146,7 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         name="cclrec",
-        paper="CCLRec: Consensus-driven Contrastive Learning for LLM-enhanced Graph "
-        "Recommendation",
+        paper="CCLRec: Consensus-driven Contrastive Learning for LLM-enhanced Graph Recommendation",
         statement="Weighting consensus pairs (graph and semantics agree) in contrastive learning "
         "beats LLM-enhanced graph recommenders.",
         paper_figure="beats the state of the art on Netflix and ML-1M (no numbers published)",

@@ -33,7 +33,7 @@ console = Console(stderr=True)
 out_console = Console()
 
 
-class Scale(str, enum.Enum):
+class Scale(enum.StrEnum):
     tiny = "tiny"
     small = "small"
     full = "full"
@@ -71,8 +71,14 @@ def _status(claim, record) -> str:
     return "planned" if claim.planned else "not run"
 
 
-_STYLE = {"reproduced": "green", "not reproduced": "red", "inconclusive": "yellow",
-          "error": "bold red", "planned": "dim", "not run": "dim"}
+_STYLE = {
+    "reproduced": "green",
+    "not reproduced": "red",
+    "inconclusive": "yellow",
+    "error": "bold red",
+    "planned": "dim",
+    "not run": "dim",
+}
 
 
 @app.command("list")
@@ -85,8 +91,13 @@ def list_(out: OutOption = Path("results")) -> None:
     for c in claims_index.CLAIMS:
         r = records.get(c.name)
         status = _status(c, r)
-        table.add_row(c.name, c.area, c.paper_figure, f"[{_STYLE[status]}]{status}[/]",
-                      r["scale"] if r else "")
+        table.add_row(
+            c.name,
+            c.area,
+            c.paper_figure,
+            f"[{_STYLE[status]}]{status}[/]",
+            r["scale"] if r else "",
+        )
     out_console.print(table)
 
 
@@ -106,8 +117,10 @@ def show(
     out_console.print(f"status:   [{_STYLE[status]}]{status}[/]")
     if r is None:
         return
-    out_console.print(f"measured: {headline_text(r)} at scale {r['scale']}, seed {r['seed']}, "
-                      f"{r['wall_time_s']:.1f} s")
+    out_console.print(
+        f"measured: {headline_text(r)} at scale {r['scale']}, seed {r['seed']}, "
+        f"{r['wall_time_s']:.1f} s"
+    )
     if r.get("error"):
         out_console.print(f"[red]error:[/] {r['error'].get('type')}: {r['error'].get('message')}")
     rows = r.get("rows") or []
@@ -163,14 +176,23 @@ def _parse_opts(opts: list[str]) -> dict[str, str]:
 
 @app.command()
 def reproduce(
-    names: Annotated[list[str] | None, typer.Argument(help="Claims to run (see `icml26 list`).")] = None,
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Claims to run (see `icml26 list`).")
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Run every claim that has landed.")] = False,
-    scale: Annotated[Scale, typer.Option(help="tiny: CI (< 60 s); small: ~15 min on 2 cores; "
-                                         "full: the paper's setting, for a GPU.")] = Scale.small,
+    scale: Annotated[
+        Scale,
+        typer.Option(
+            help="tiny: CI (< 60 s); small: ~15 min on 2 cores; "
+            "full: the paper's setting, for a GPU."
+        ),
+    ] = Scale.small,
     seed: Annotated[int, typer.Option(help="Base seed (python, numpy, torch).")] = 0,
     device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
-    opt: Annotated[list[str] | None, typer.Option("--opt", help="KEY=VALUE passed to the claim "
-                                                  "(e.g. model=PATH); repeatable.")] = None,
+    opt: Annotated[
+        list[str] | None,
+        typer.Option("--opt", help="KEY=VALUE passed to the claim (e.g. model=PATH); repeatable."),
+    ] = None,
     out: OutOption = Path("results"),
     report: Annotated[bool, typer.Option(help="Rebuild the report afterwards.")] = True,
 ) -> None:
@@ -191,21 +213,41 @@ def reproduce(
         )
     options = _parse_opts(opt or [])
     _quiet_libraries()
-    from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
     from rich.progress import Progress as RichBar
-    from rich.progress import TimeElapsedColumn
 
     errored = False
     try:
-        with _user_errors(), RichBar(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-            MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False,
-        ) as bar:
+        with (
+            _user_errors(),
+            RichBar(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            ) as bar,
+        ):
             overall = bar.add_task(f"claims ({scale.value})", total=len(claims))
             for claim in claims:
                 bar.update(overall, description=f"{claim.name} ({scale.value})")
-                record = run_claim(claim, scale=scale.value, seed=seed, device=device,
-                                   out_root=out, progress=RichProgress(bar), options=options)
+                record = run_claim(
+                    claim,
+                    scale=scale.value,
+                    seed=seed,
+                    device=device,
+                    out_root=out,
+                    progress=RichProgress(bar),
+                    options=options,
+                )
                 bar.advance(overall)
                 verdict = record["verdict"]
                 line = f"{claim.name}: [{_STYLE[verdict]}]{verdict}[/] — {headline_text(record)}"
@@ -215,8 +257,10 @@ def reproduce(
                     line += f"\n  [red]{record['error']['type']}: {record['error']['message']}[/]"
                 bar.console.print(line)
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted:[/] finished claims are saved; the interrupted one "
-                      "wrote nothing. Rebuild the report with `icml26 report`.")
+        console.print(
+            "[yellow]interrupted:[/] finished claims are saved; the interrupted one "
+            "wrote nothing. Rebuild the report with `icml26 report`."
+        )
         raise typer.Exit(130) from None
     if report:
         md, page = build_report(claims_index.CLAIMS, out)
@@ -228,8 +272,10 @@ def reproduce(
 @app.command()
 def report(
     out: OutOption = Path("results"),
-    scale: Annotated[Scale | None, typer.Option(help="Only records of this scale (default: "
-                                                "the newest per claim).")] = None,
+    scale: Annotated[
+        Scale | None,
+        typer.Option(help="Only records of this scale (default: the newest per claim)."),
+    ] = None,
 ) -> None:
     """Rebuild OUT/report.md and OUT/report.html from the JSON records."""
     md, page = build_report(claims_index.CLAIMS, out, scale.value if scale else None)

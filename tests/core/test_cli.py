@@ -26,10 +26,12 @@ def _interrupt(ctx):
 
 @pytest.fixture
 def fake_claims(monkeypatch):
-    claims = [Claim("good", "P", "S", "F", run=_ok, area="t"),
-              Claim("bad", "P", "S", "F", run=_boom, area="t"),
-              Claim("stop", "P", "S", "F", run=_interrupt, area="t"),
-              Claim("later", "P", "S", "F", area="t")]
+    claims = [
+        Claim("good", "P", "S", "F", run=_ok, area="t"),
+        Claim("bad", "P", "S", "F", run=_boom, area="t"),
+        Claim("stop", "P", "S", "F", run=_interrupt, area="t"),
+        Claim("later", "P", "S", "F", area="t"),
+    ]
     monkeypatch.setattr(claims_index, "CLAIMS", claims)
     return claims
 
@@ -60,8 +62,9 @@ def test_planned_and_empty_are_usage_errors(fake_claims, tmp_path):
 
 
 def test_reproduce_writes_json_and_report(fake_claims, tmp_path):
-    r = runner.invoke(app, ["reproduce", "good", "--scale", "tiny", "--out", str(tmp_path),
-                            "--opt", "model=/x"])
+    r = runner.invoke(
+        app, ["reproduce", "good", "--scale", "tiny", "--out", str(tmp_path), "--opt", "model=/x"]
+    )
     assert r.exit_code == 0, r.output
     rec = json.loads((tmp_path / "good" / "tiny.json").read_text())
     assert rec["verdict"] == "reproduced" and rec["options"] == {"model": "/x"}

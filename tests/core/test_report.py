@@ -47,13 +47,19 @@ def _with_figure(ctx):
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
     path = save_figure(fig, ctx.out_dir / "curve.png")
-    return Result(rows=[{"system": "a", "v": 1.5}], headline=Measure("h", 3.0, "x", (2.0, 4.0)),
-                  target=1.0, notes=["a note <b>escaped</b>"], figures=[path])
+    return Result(
+        rows=[{"system": "a", "v": 1.5}],
+        headline=Measure("h", 3.0, "x", (2.0, 4.0)),
+        target=1.0,
+        notes=["a note <b>escaped</b>"],
+        figures=[path],
+    )
 
 
 def test_report_has_index_rows_sections_and_embedded_images(tmp_path):
-    claims = list(claims_index.CLAIMS) + [Claim("figclaim", "Paper", "S", "F", run=_with_figure,
-                                                area="test")]
+    claims = list(claims_index.CLAIMS) + [
+        Claim("figclaim", "Paper", "S", "F", run=_with_figure, area="test")
+    ]
     run_claim(claims[-1], scale="tiny", out_root=tmp_path)
     run_claim(Claim("tie", "P", "S", "F", run=lambda c: 1 / 0), scale="tiny", out_root=tmp_path)
     md, page = build_report(claims, tmp_path)
@@ -88,6 +94,8 @@ def test_format_and_headline_text():
     assert format_value(3.14159) == "3.142"
     assert format_value(123456.0) == "1.235e+05"
     assert format_value(12) == "12"
-    rec = {"headline": {"value": 2.0, "unit": "x", "spread": [1.5, 2.5], "higher_is_better": False},
-           "target": 3.0}
+    rec = {
+        "headline": {"value": 2.0, "unit": "x", "spread": [1.5, 2.5], "higher_is_better": False},
+        "target": 3.0,
+    }
     assert headline_text(rec) == "2x [1.5, 2.5] (target < 3x)"

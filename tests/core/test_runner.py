@@ -63,8 +63,9 @@ def test_interrupt_writes_nothing_and_keeps_earlier(tmp_path):
 
 
 def test_claim_returning_wrong_type_is_error(tmp_path):
-    rec = run_claim(Claim("w", "P", "S", "F", run=lambda ctx: {"x": 1}), scale="tiny",
-                    out_root=tmp_path)
+    rec = run_claim(
+        Claim("w", "P", "S", "F", run=lambda ctx: {"x": 1}), scale="tiny", out_root=tmp_path
+    )
     assert rec["verdict"] == "error" and "not Result" in rec["error"]["message"]
 
 

@@ -22,13 +22,22 @@ def test_split_is_disjoint_stable_and_80_10_10():
     docs = documents("wiki")
     assert len(docs) == 10033
     assert len({t for t, _, _ in docs}) == len(docs)  # one title per article: split by article
-    splits = {s: {t for t, _, _ in docs if split_of(t) == s} for s in ("train", "validation", "test")}
+    splits = {
+        s: {t for t, _, _ in docs if split_of(t) == s} for s in ("train", "validation", "test")
+    }
     assert not (splits["train"] & splits["test"]) and not (splits["validation"] & splits["test"])
     assert sum(map(len, splits.values())) == len(docs)
     assert abs(len(splits["test"]) / len(docs) - 0.10) < 0.02
 
 
-PINNED = {'Paris': 'test', 'Water': 'test', 'Mathematics': 'train', '1931 China floods': 'test', 'Abacus': 'validation', 'Abbas Kiarostami': 'validation'}
+PINNED = {
+    "Paris": "test",
+    "Water": "test",
+    "Mathematics": "train",
+    "1931 China floods": "test",
+    "Abacus": "validation",
+    "Abbas Kiarostami": "validation",
+}
 
 
 def test_pinned_split_values():
@@ -39,8 +48,9 @@ def test_pinned_split_values():
 def test_shakespeare_corpus():
     docs = documents("shakespeare")
     assert len(docs) == 38
-    assert "Hamlet" in corpus_text("train", "shakespeare") + corpus_text("test", "shakespeare") + \
-        corpus_text("validation", "shakespeare")
+    assert "Hamlet" in corpus_text("train", "shakespeare") + corpus_text(
+        "test", "shakespeare"
+    ) + corpus_text("validation", "shakespeare")
     assert "**" not in docs[0][1]
 
 
@@ -89,8 +99,9 @@ def _hand_nll(model, ids, seq_len, stride):
 def test_perplexity_matches_float64_hand_computation(seq_len, stride, n):
     model, tok = tiny_llama(hidden=32, layers=2, heads=4, seed=3, dtype=torch.float64)
     ids = token_ids(tok, "validation", max_tokens=n)
-    res = perplexity(model, tok, ids=ids, seq_len=seq_len, stride=stride, max_tokens=None,
-                     batch_size=3)
+    res = perplexity(
+        model, tok, ids=ids, seq_len=seq_len, stride=stride, max_tokens=None, batch_size=3
+    )
     nll, count = _hand_nll(model, ids, seq_len, stride or seq_len)
     assert res.n_tokens == count
     assert res.nll == pytest.approx(nll, rel=1e-10)

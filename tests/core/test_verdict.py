@@ -1,6 +1,5 @@
 """The verdict rule: every verdict, the straddling spread, and its mirror symmetry."""
 
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st

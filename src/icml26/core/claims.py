@@ -52,7 +52,7 @@ SCALES = ("tiny", "small", "full")
 RECORD_VERSION = 1
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     REPRODUCED = "reproduced"
     NOT_REPRODUCED = "not reproduced"
     INCONCLUSIVE = "inconclusive"
@@ -77,7 +77,9 @@ class Measure:
         if self.spread is not None:
             lo, hi = self.spread
             if lo > hi:
-                raise ValueError(f"Measure {self.name!r}: spread must be (low, high); got {self.spread}")
+                raise ValueError(
+                    f"Measure {self.name!r}: spread must be (low, high); got {self.spread}"
+                )
 
 
 @dataclass
@@ -98,7 +100,9 @@ class Progress:
     The CLI passes a rich-backed subclass.
     """
 
-    def track(self, iterable: Iterable, total: int | None = None, description: str = "") -> Iterator:
+    def track(
+        self, iterable: Iterable, total: int | None = None, description: str = ""
+    ) -> Iterator:
         yield from iterable
 
     def task(self, description: str, total: float | None = None) -> Callable[[float], None]:

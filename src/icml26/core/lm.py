@@ -168,7 +168,9 @@ def gguf_architecture(gguf: Path) -> str:
         field = reader.fields["general.architecture"]
         return bytes(field.parts[field.data[0]]).decode("utf-8")
     except Exception as exc:  # noqa: BLE001 - any parse failure means a damaged file
-        raise UserError(f"{gguf}: cannot read the GGUF header ({type(exc).__name__}: {exc})") from exc
+        raise UserError(
+            f"{gguf}: cannot read the GGUF header ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def _build_gguf_cache(gguf: Path, folder: Path) -> None:
@@ -310,14 +312,21 @@ def tiny_llama(
     ``4 * hidden`` rounded to a multiple of 32 at 2/3 (SwiGLU), ``kv_heads`` to ``heads``.
     """
     kv_heads = heads if kv_heads is None else kv_heads
-    for name, value in (("hidden", hidden), ("layers", layers), ("heads", heads),
-                        ("kv_heads", kv_heads), ("max_len", max_len)):
+    for name, value in (
+        ("hidden", hidden),
+        ("layers", layers),
+        ("heads", heads),
+        ("kv_heads", kv_heads),
+        ("max_len", max_len),
+    ):
         if value < 1:
             raise ValueError(f"{name} must be >= 1; got {value}")
     if hidden % heads:
         raise ValueError(f"hidden must be divisible by heads; got hidden={hidden}, heads={heads}")
     if heads % kv_heads:
-        raise ValueError(f"heads must be divisible by kv_heads; got heads={heads}, kv_heads={kv_heads}")
+        raise ValueError(
+            f"heads must be divisible by kv_heads; got heads={heads}, kv_heads={kv_heads}"
+        )
     if ffn is None:
         ffn = max(32, int(round(8 * hidden / 3 / 32)) * 32)
     if vocab == "bytes":

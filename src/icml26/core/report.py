@@ -64,7 +64,7 @@ def format_value(x: Any) -> str:
 
 
 def headline_text(record: dict) -> str:
-    """"81.2x [74.0, 88.9] (target > 5)" from a record's headline, spread and target."""
+    """ "81.2x [74.0, 88.9] (target > 5)" from a record's headline, spread and target."""
     h = record.get("headline")
     if not h:
         return "—"
@@ -115,9 +115,14 @@ def render_markdown(claims: list[Claim], records: dict[str, dict], out_root: Pat
             + " | ".join(
                 _md_cell(v)
                 for v in (
-                    c.name, c.area, c.statement, c.paper_figure,
-                    headline_text(r) if r else "—", _status(c, r),
-                    r["scale"] if r else "—", f"{r['wall_time_s']:.1f} s" if r else "—",
+                    c.name,
+                    c.area,
+                    c.statement,
+                    c.paper_figure,
+                    headline_text(r) if r else "—",
+                    _status(c, r),
+                    r["scale"] if r else "—",
+                    f"{r['wall_time_s']:.1f} s" if r else "—",
                 )
             )
             + " |"
@@ -127,8 +132,10 @@ def render_markdown(claims: list[Claim], records: dict[str, dict], out_root: Pat
         if r is None:
             continue
         lines += ["", f"## {c.name} — {c.paper}", "", f"*Claim:* {c.statement}", ""]
-        lines.append(f"*Paper:* {c.paper_figure}. *Measured ({r['scale']}, seed {r['seed']}):* "
-                     f"{headline_text(r)} — **{r['verdict']}**.")
+        lines.append(
+            f"*Paper:* {c.paper_figure}. *Measured ({r['scale']}, seed {r['seed']}):* "
+            f"{headline_text(r)} — **{r['verdict']}**."
+        )
         if r.get("error"):
             lines += ["", f"Error: `{r['error'].get('type')}: {r['error'].get('message')}`"]
         rows = r.get("rows") or []
@@ -195,7 +202,11 @@ def render_html(claims: list[Claim], records: dict[str, dict], out_root: Path) -
     ]
     for c in claims:
         r = records.get(c.name)
-        name = f'<a href="#{html.escape(c.name)}">{html.escape(c.name)}</a>' if r else html.escape(c.name)
+        name = (
+            f'<a href="#{html.escape(c.name)}">{html.escape(c.name)}</a>'
+            if r
+            else html.escape(c.name)
+        )
         wall = f"{r['wall_time_s']:.1f} s" if r else "—"
         out.append(
             f"<tr><td>{name}</td><td>{html.escape(c.area)}</td><td>{html.escape(c.statement)}</td>"
@@ -210,29 +221,44 @@ def render_html(claims: list[Claim], records: dict[str, dict], out_root: Path) -
         r = records.get(c.name)
         if r is None:
             continue
-        out.append(f'<section id="{html.escape(c.name)}"><h2>{html.escape(c.name)} — '
-                   f"{html.escape(c.paper)}</h2>")
-        out.append(f"<p><b>Claim.</b> {html.escape(c.statement)}<br><b>Paper.</b> "
-                   f"{html.escape(c.paper_figure)}<br><b>Measured</b> ({html.escape(r['scale'])}, "
-                   f"seed {r['seed']}, {r['wall_time_s']:.1f} s): {html.escape(headline_text(r))} "
-                   f"{_verdict_span(r['verdict'])}</p>")
+        out.append(
+            f'<section id="{html.escape(c.name)}"><h2>{html.escape(c.name)} — '
+            f"{html.escape(c.paper)}</h2>"
+        )
+        out.append(
+            f"<p><b>Claim.</b> {html.escape(c.statement)}<br><b>Paper.</b> "
+            f"{html.escape(c.paper_figure)}<br><b>Measured</b> ({html.escape(r['scale'])}, "
+            f"seed {r['seed']}, {r['wall_time_s']:.1f} s): {html.escape(headline_text(r))} "
+            f"{_verdict_span(r['verdict'])}</p>"
+        )
         if r.get("error"):
             err = r["error"]
-            out.append(f"<p><b>Error.</b> {html.escape(str(err.get('type')))}: "
-                       f"{html.escape(str(err.get('message')))}</p>")
+            out.append(
+                f"<p><b>Error.</b> {html.escape(str(err.get('type')))}: "
+                f"{html.escape(str(err.get('message')))}</p>"
+            )
             if err.get("traceback"):
-                out.append(f"<details><summary>traceback</summary><pre>"
-                           f"{html.escape(err['traceback'])}</pre></details>")
+                out.append(
+                    f"<details><summary>traceback</summary><pre>"
+                    f"{html.escape(err['traceback'])}</pre></details>"
+                )
         rows = r.get("rows") or []
         if rows:
             cols = _rows_columns(rows)
-            out.append('<table class="rows"><thead><tr>'
-                       + "".join(f"<th>{html.escape(k)}</th>" for k in cols) + "</tr></thead><tbody>")
+            out.append(
+                '<table class="rows"><thead><tr>'
+                + "".join(f"<th>{html.escape(k)}</th>" for k in cols)
+                + "</tr></thead><tbody>"
+            )
             for row in rows:
                 cells = []
                 for k in cols:
                     v = row.get(k)
-                    cls = ' class="num"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+                    cls = (
+                        ' class="num"'
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)
+                        else ""
+                    )
                     cells.append(f"<td{cls}>{_esc(v)}</td>")
                 out.append("<tr>" + "".join(cells) + "</tr>")
             out.append("</tbody></table>")
@@ -243,9 +269,11 @@ def render_html(claims: list[Claim], records: dict[str, dict], out_root: Path) -
             out.append(_img(path, Path(fig).stem))
         env = r.get("environment") or {}
         versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v)
-        out.append(f'<p class="small">{html.escape(versions)}; {env.get("threads")} threads; '
-                   f'device {html.escape(str(env.get("device")))}; commit '
-                   f'{html.escape(str(env.get("git_commit") or "—"))[:12]}</p></section>')
+        out.append(
+            f'<p class="small">{html.escape(versions)}; {env.get("threads")} threads; '
+            f"device {html.escape(str(env.get('device')))}; commit "
+            f"{html.escape(str(env.get('git_commit') or '—'))[:12]}</p></section>"
+        )
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

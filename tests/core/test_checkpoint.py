@@ -1,0 +1,39 @@
+"""The resumable memo: finished units survive a crash; a changed config starts afresh."""
+
+import pytest
+
+from icml26.core.checkpoint import Memo
+
+
+def test_units_survive_an_interrupted_run(tmp_path):
+    calls = []
+
+    def unit(i):
+        def f():
+            calls.append(i)
+            if i == 2:
+                raise KeyboardInterrupt
+            return {"i": i, "v": i * 0.5}
+
+        return f
+
+    memo = Memo(tmp_path / "m.json", config={"n": 3})
+    with pytest.raises(KeyboardInterrupt):
+        for i in range(3):
+            memo.compute(f"u{i}", unit(i))
+    again = Memo(tmp_path / "m.json", config={"n": 3})
+    assert again.resumed == 2 and "u1" in again and "u2" not in again
+    calls.clear()
+    out = [again.compute(f"u{i}", unit(i) if i != 2 else (lambda: {"i": 2})) for i in range(3)]
+    assert calls == [] and out[1] == {"i": 1, "v": 0.5} and out[2] == {"i": 2}
+
+
+def test_changed_config_ignores_old_units(tmp_path):
+    Memo(tmp_path / "m.json", config={"n": 3}).put("a", 1)
+    fresh = Memo(tmp_path / "m.json", config={"n": 4})
+    assert fresh.resumed == 0 and fresh.get("a") is None
+
+
+def test_corrupt_memo_is_ignored(tmp_path):
+    (tmp_path / "m.json").write_text('{"config": {}, "units": {"a": ')
+    assert len(Memo(tmp_path / "m.json")) == 0
