@@ -143,3 +143,31 @@ def test_corrupt_cache_is_rebuilt(tmp_path, monkeypatch):
     assert not verify_manifest(folder)
     again = lm.resolve_model_folder(None)
     assert again == folder and weights.stat().st_size == size and verify_manifest(folder)
+
+
+def test_concurrent_cache_builds_do_not_collide(tmp_path, monkeypatch):
+    """Two processes asking for the same uncached GGUF: one builds, the other waits and reuses."""
+    import threading
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 100)
+    builds = []
+
+    def fake_build(src, folder):
+        builds.append(folder)
+        time.sleep(0.3)
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        write_manifest(folder)
+
+    monkeypatch.setattr(lm, "_build_gguf_cache", fake_build)
+    out = []
+    threads = [
+        threading.Thread(target=lambda: out.append(lm.resolve_model_folder(gguf))) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and len(set(out)) == 1 and len(out) == 3

@@ -145,14 +145,44 @@ def resolve_model_folder(name_or_path: str | os.PathLike | None) -> Path:
 
 
 def _cached_gguf_folder(gguf: Path) -> Path:
+    """The cache folder for ``gguf``, built once even when several processes ask at once."""
     gguf = gguf.resolve()
-    st = gguf.stat()
-    key = hashlib.sha256(f"{gguf}|{st.st_size}|{st.st_mtime_ns}|{_CACHE_VERSION}".encode())
-    folder = cache_root() / "models" / f"{gguf.stem}-{key.hexdigest()[:12]}"
+    folder = cache_root() / "models" / f"{gguf.stem}-{_identity(gguf)}"
     if folder.is_dir() and verify_manifest(folder):
         return folder
-    _build_gguf_cache(gguf, folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(folder.parent / f".{folder.name}.lock"):
+        if not (folder.is_dir() and verify_manifest(folder)):  # another process may have built it
+            _build_gguf_cache(gguf, folder)
     return folder
+
+
+def _identity(path: Path, edge: int = 1 << 22) -> str:
+    """A content key: size plus SHA-256 of the first and last 4 MiB (the same file in another
+    venv or folder shares one cache entry; the manifest, not this key, guards integrity)."""
+    size = path.stat().st_size
+    h = hashlib.sha256(f"{size}|{_CACHE_VERSION}|".encode())
+    with open(path, "rb") as f:
+        h.update(f.read(edge))
+        f.seek(max(0, size - edge))
+        h.update(f.read(edge))
+    return h.hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive advisory lock (POSIX ``flock``; a no-op where unavailable)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def gguf_architecture(gguf: Path) -> str:
