@@ -26,5 +26,4 @@ def test_smollm2_perplexity_tiny_reproduces(tmp_path):
     assert rec["verdict"] == "reproduced"
     model_ppl, unigram_ppl = (row["perplexity"] for row in rec["rows"])
     assert 5 < model_ppl < 30 and unigram_ppl > 200
-    assert rec["wall_time_s"] < 120  # budget is 60 s on 2 idle cores; slack for a busy CI box
     assert (tmp_path / rec["figures"][0]).is_file()
