@@ -92,6 +92,7 @@ CLAIMS: list[Claim] = [
         statement="Steepest descent on the spectral sphere reaches AdamW's and Muon's final loss "
         "in fewer steps and keeps its best learning rate across widths.",
         paper_figure="AdamW's final loss in 19% fewer steps (Muon: 12%) at 1.7B",
+        run=lazy("icml26.sso.claim:run"),
         area=TRAINING,
     ),
     Claim(
