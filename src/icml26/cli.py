@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import importlib
 import sys
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 from rich.table import Table
 
 from icml26 import claims_index
@@ -21,7 +24,30 @@ from icml26.core.claims import Progress, run_claim
 from icml26.core.errors import UserError
 from icml26.core.report import build_report, collect, headline_text
 
+# Method subcommands, "name": "module:typer_app". Imported only when that subcommand (or the
+# top-level --help) is used, since importing a method package pulls in numpy/torch.
+METHOD_CLIS: dict[str, str] = {
+    "atlas": "icml26.atlas.cli:app",
+}
+
+
+class _LazyGroup(TyperGroup):
+    """The top-level group: built-in commands plus method subcommands loaded on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(dict.fromkeys([*super().list_commands(ctx), *METHOD_CLIS]))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in METHOD_CLIS and name not in self.commands:
+            module, _, attr = METHOD_CLIS[name].partition(":")
+            command = typer.main.get_command(getattr(importlib.import_module(module), attr))
+            command.name = name
+            self.add_command(command, name)
+        return super().get_command(ctx, name)
+
+
 app = typer.Typer(
+    cls=_LazyGroup,
     name="icml26",
     help="Methods of nineteen ICML 2026 papers, each with an honest miniature reproduction "
     "of its headline claim. Start with `icml26 list`, then `icml26 reproduce NAME --scale tiny`.",

@@ -89,3 +89,12 @@ def test_ctrl_c_keeps_earlier_results(fake_claims, tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))
     r = runner.invoke(app, ["report", "--out", str(tmp_path)])
     assert r.exit_code == 0 and (tmp_path / "report.html").is_file()
+
+
+def test_every_method_subcommand_loads():
+    from icml26.cli import METHOD_CLIS
+
+    for name in METHOD_CLIS:
+        r = runner.invoke(app, [name, "--help"])
+        assert r.exit_code == 0, (name, r.output)
+        assert "Usage" in r.output

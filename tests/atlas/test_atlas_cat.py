@@ -1,0 +1,102 @@
+"""The adaptive test: selection, exposure control, stop rules, p-IRT accuracy."""
+
+import numpy as np
+import pytest
+
+from icml26.atlas import AdaptiveTest, ItemBank
+from icml26.atlas.bank import item_information
+from icml26.atlas.cat import acc_hat
+from icml26.atlas.synth import random_bank, simulate
+from icml26.core.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def bank():
+    b = random_bank(200, "3PL", seed=3)
+    b.a[:20] = -2.5  # mis-keyed items: most "informative" if not excluded
+    return b
+
+
+def test_randomesque_pick_is_in_top_k(bank):
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        cat = AdaptiveTest(bank, randomesque=5, seed=seed, max_items=40, min_items=40)
+        cat.record_index(cat.next_index(), 1)
+        for _ in range(15):
+            avail = np.flatnonzero(cat.available)
+            info = item_information(
+                np.array([cat.theta]), bank.a[avail], bank.d[avail], bank.g[avail]
+            )[0]
+            top5 = set(avail[np.argsort(-info)[:5]])
+            j = cat.next_index()
+            assert j in top5 and j >= 20
+            cat.record_index(j, int(rng.random() < 0.5))
+
+
+def test_pure_mfi_is_argmax_and_catsim_rule(bank):
+    # catsim's MaxInfoSelector: the unadministered item of largest information at theta-hat.
+    cat = AdaptiveTest(bank, randomesque=1, seed=0, exclude_nonpositive_a=False)
+    cat.record_index(cat.next_index(), 0)
+    info = item_information(np.array([cat.theta]), bank.a, bank.d, bank.g)[0]
+    info[cat.items_idx] = -np.inf
+    assert cat.next_index() == int(np.argmax(info))
+    assert int(np.argmax(info)) < 20  # with a <= 0 items kept, MFI would pick a mis-keyed one
+
+
+def test_nonpositive_a_never_picked_by_default(bank):
+    res = AdaptiveTest(bank, se_stop=0.01, min_items=150, max_items=150, seed=1).run_indices(
+        simulate(bank, np.array([0.4]), seed=2)[0]
+    )
+    assert res.n_items == 150
+    assert not set(res.items) & set(bank.ids[:20])
+
+
+def test_first_item_window(bank):
+    b = bank.b
+    for seed in range(10):
+        j = AdaptiveTest(bank, seed=seed).next_index()
+        assert abs(b[j]) < 0.5 and j >= 20
+    far = ItemBank(["x", "y"], [1.0, 1.0], [-3.0, -5.0], [0.0, 0.0], model="2PL")
+    assert AdaptiveTest(far, min_items=1, max_items=2).next_item() == "x"
+
+
+def test_stop_rules(bank):
+    y = simulate(bank, np.array([0.0]), seed=4)[0]
+    # SE rule: stops as soon as SE <= threshold once min_items are given
+    res = AdaptiveTest(bank, se_stop=0.4, min_items=5, max_items=200, seed=0).run_indices(y)
+    ses = [t["se"] for t in res.trace]
+    assert res.se <= 0.4 and all(s > 0.4 for s in ses[4:-1]) and res.n_items >= 5
+    # floor dominates: loose threshold stops at exactly min_items
+    assert AdaptiveTest(bank, se_stop=0.9, min_items=30, seed=0).run_indices(y).n_items == 30
+    # max_items rule
+    res = AdaptiveTest(bank, se_stop=1e-3, min_items=10, max_items=25, seed=0).run_indices(y)
+    assert res.n_items == 25 and res.se > 1e-3
+
+
+def test_run_with_callable_and_acc_hat(bank):
+    y = simulate(bank, np.array([0.5]), seed=9)[0]
+    answers = dict(zip(bank.ids, y.astype(int), strict=True))
+    res = AdaptiveTest(bank, se_stop=0.3, min_items=10, seed=5).run(lambda item: answers[item])
+    assert [t["item"] for t in res.trace] == res.items
+    assert res.responses == [answers[i] for i in res.items]
+    # all items given: acc_hat is the plain accuracy
+    assert acc_hat(bank, np.arange(bank.n_items), y, 0.0) == pytest.approx(y.mean())
+    n = res.n_items
+    idx = bank.index(res.items)
+    unseen = np.setdiff1d(np.arange(bank.n_items), idx)
+    p = bank.prob(np.array([res.theta]))[0, unseen]
+    expect = (
+        n / bank.n_items * np.mean(res.responses) + (bank.n_items - n) / bank.n_items * p.mean()
+    )
+    assert res.acc_hat == pytest.approx(expect)
+
+
+def test_bad_settings(bank):
+    with pytest.raises(UserError, match="se_stop"):
+        AdaptiveTest(bank, se_stop=0)
+    with pytest.raises(UserError, match="max_items"):
+        AdaptiveTest(bank, min_items=30, max_items=20)
+    with pytest.raises(UserError, match="must be 0 or 1; got 3"):
+        AdaptiveTest(bank).run(lambda item: 3)
+    with pytest.raises(UserError, match="not in the bank"):
+        AdaptiveTest(bank).record("nope", 1)

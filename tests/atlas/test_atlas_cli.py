@@ -1,0 +1,114 @@
+"""`icml26 atlas calibrate | test | score` on CSV and Parquet files, and the tiny claim."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from icml26.atlas.cli import app
+from icml26.atlas.synth import random_bank, simulate
+from icml26.core.errors import UserError
+
+
+def write_wide(path, R, items):
+    rows = ["model," + ",".join(items)]
+    for m, r in enumerate(R):
+        rows.append(f"m{m}," + ",".join("" if np.isnan(v) else str(int(v)) for v in r))
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_calibrate_then_test_and_score(tmp_path):
+    true = random_bank(30, "2PL", seed=1)
+    R = simulate(true, np.random.default_rng(0).standard_normal(400), seed=2, missing=0.1)
+    write_wide(tmp_path / "r.csv", R, true.ids)
+    run = CliRunner().invoke
+    res = run(
+        app,
+        ["calibrate", str(tmp_path / "r.csv"), "-o", str(tmp_path / "bank.json"), "--model", "2PL"],
+    )
+    assert res.exit_code == 0, res.output
+    bank = json.loads((tmp_path / "bank.json").read_text())
+    assert bank["schema_version"] == 1 and bank["model"] == "2PL" and bank["n_items"] == 30
+    # long layout for the tested models
+    Yt = simulate(true, np.array([-1.0, 1.0]), seed=3)
+    lines = ["model,item,correct"] + [
+        f"t{m},{i},{int(Yt[m, k])}" for m in range(2) for k, i in enumerate(true.ids)
+    ]
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    res = run(
+        app,
+        [
+            "test",
+            "--bank",
+            str(tmp_path / "bank.json"),
+            "--responses",
+            str(tmp_path / "t.csv"),
+            "--min-items",
+            "10",
+            "--se-stop",
+            "0.5",
+            "--trace",
+            str(tmp_path / "t.jsonl"),
+            "-o",
+            str(tmp_path / "out.json"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert [o["model"] for o in out] == ["t0", "t1"] and out[0]["theta"] < out[1]["theta"]
+    steps = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert len(steps) == out[0]["items"] + out[1]["items"]
+    res = run(
+        app,
+        ["score", "--bank", str(tmp_path / "bank.json"), "--responses", str(tmp_path / "t.csv")],
+    )
+    assert res.exit_code == 0 and "t1\ttheta" in res.output
+
+
+def test_parquet_and_unknown_items(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    true = random_bank(12, "2PL", seed=4)
+    R = simulate(true, np.random.default_rng(1).standard_normal(120), seed=5)
+    cols = {"model": [f"m{i}" for i in range(len(R))]}
+    cols.update({i: R[:, k].astype(int).tolist() for k, i in enumerate(true.ids)})
+    pq.write_table(pa.table(cols), tmp_path / "r.parquet")
+    res = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(tmp_path / "r.parquet"),
+            "-o",
+            str(tmp_path / "b.json"),
+            "--model",
+            "2PL",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    (tmp_path / "x.csv").write_text("model,zz1,zz2\nq,1,0\n")
+    res = CliRunner().invoke(
+        app, ["test", "--bank", str(tmp_path / "b.json"), "--responses", str(tmp_path / "x.csv")]
+    )
+    assert isinstance(res.exception, UserError) and "not in the bank, e.g. 'zz1', 'zz2'" in str(
+        res.exception
+    )
+
+
+def test_tiny_claim(tmp_path):
+    from icml26.atlas.claim import run
+    from icml26.core.claims import Claim, run_claim
+
+    rec = run_claim(Claim("atlas", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
+    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive"), rec.get("error")
+    systems = {r["system"] for r in rec["rows"]}
+    assert {
+        "ATLAS SE 0.1",
+        "random-k (matched)",
+        "random-100",
+        "anchor-100 (k-means medoids)",
+    } <= systems
+    lo, hi = rec["headline"]["spread"]
+    assert lo <= rec["headline"]["value"] <= hi
+    assert (tmp_path / "atlas").exists()
