@@ -64,9 +64,11 @@ CLAIMS: list[Claim] = [
     Claim(
         name="lems",
         paper="Advancing SVD-based LLM Compression via Layer-Wise Error Model Search",
-        statement="KFAC-whitened SVD with globally searched per-layer ranks compresses an LM to a "
-        "parameter budget at lower perplexity than earlier whitened SVD and uniform ranks.",
-        paper_figure="~15% lower perplexity than SVD-LLM-style whitened SVD",
+        statement="At equal parameter budgets, KFAC-whitened SVD with LEMS's globally searched "
+        "per-layer ranks gives lower perplexity than uniform ranks and than SVD-LLM.",
+        paper_figure="Llama3-8B at 60% kept: LEMS 17.86 vs uniform 48.56 ppl; KFAC-SVD ~0.85x "
+        "SVD-LLM's ppl",
+        run=lazy("icml26.lems.claim:run"),
         area=COMPRESSION,
     ),
     Claim(
@@ -84,6 +86,7 @@ CLAIMS: list[Claim] = [
         statement="MS-EDEN is an unbiased NVFP4 gradient estimator with lower error than "
         "stochastic rounding, narrowing the loss gap to BF16.",
         paper_figure=">2x lower error than SR; loss gap to BF16 ~20-25% smaller than NVIDIA's recipe",
+        run=lazy("icml26.quartet2.claim:run"),
         area=TRAINING,
     ),
     Claim(

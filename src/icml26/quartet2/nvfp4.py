@@ -1,0 +1,306 @@
+"""A bit-exact PyTorch reference of the NVFP4 format and its rounding modes.
+
+NVFP4 stores a tensor as FP4 **E2M1** elements (magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} and a
+sign bit), one FP8 **E4M3** scale per block of 16 consecutive elements along the reduction
+dimension (or per 16x16 tile, NVIDIA's weight layout), and one FP32 tensor scale::
+
+    s_tensor = amax / (scales_max * v_max),        v_max = 6 / scale_override
+    s_block  = RTN_E4M3(max|x_block| / v_max / s_tensor)   (a zero scale becomes 1)
+    code     = ROUND_E2M1(x / (s_block * s_tensor))        (RTN ties-to-even, or stochastic)
+    x_hat    = e2m1(code) * (s_block * s_tensor)
+
+Everything is computed in float32 with plain elementwise torch ops, so a CPU and a GPU give the
+same bits. **Cast trap:** torch turns values >= 480 into NaN when casting float32 to
+``float8_e4m3fn`` on CPU, while CUDA may saturate: every cast here clamps to +-448 first.
+
+Modes (:data:`MODES`): ``rtn``; ``sr`` (elementwise stochastic rounding of the FP4 codes);
+``four_over_six`` (per block, try the scale that maps the block max to 6 and the 1.5x larger one
+that maps it to 4, keep the lower squared error; tensor ``scales_max`` 256 leaves headroom).
+MS-EDEN, the backward estimator, lives in :mod:`icml26.quartet2.eden`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from icml26.core.errors import UserError
+
+__all__ = [
+    "E2M1_GRID",
+    "E4M3_MAX",
+    "MODES",
+    "NVFP4Tensor",
+    "e2m1_rtn",
+    "e2m1_sr",
+    "e2m1_decode",
+    "e4m3_rtn",
+    "e4m3_sr",
+    "quantize_nvfp4",
+    "fake_quant",
+]
+
+E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # magnitude of codes 0..7
+E2M1_MAX = 6.0
+E4M3_MAX = 448.0
+BLOCK = 16
+MODES = ("rtn", "sr", "four_over_six")
+
+
+def _grid(device) -> torch.Tensor:
+    return torch.tensor(E2M1_GRID, dtype=torch.float32, device=device)
+
+
+# ------------------------------------------------------------------------------------------
+# Element format: E2M1
+
+
+def e2m1_rtn(u: torch.Tensor) -> torch.Tensor:
+    """Round float32 ``u`` to E2M1 codes (uint8, sign in bit 3), nearest with ties to even.
+
+    Magnitudes above 6 saturate to 6 (code 7). A tie goes to the even code (mantissa bit 0):
+    0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4, hence the alternating
+    strict / non-strict comparisons below (the code is the number of thresholds passed). NaN gives
+    a zero magnitude: callers keep non-finite inputs out of finite results.
+    """
+    m = u.abs()
+    idx = (m > 0.25).to(torch.uint8)
+    for thr, strict in ((0.75, False), (1.25, True), (1.75, False), (2.5, True), (3.5, False),
+                        (5.0, True)):
+        idx += (m > thr) if strict else (m >= thr)
+    return idx | (torch.signbit(u).to(torch.uint8) << 3)
+
+
+def e2m1_sr(u: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Stochastically round ``u`` to E2M1 codes: up with probability (|u| - lo) / (hi - lo).
+
+    ``noise`` holds uniforms in [0, 1) of ``u``'s shape. |u| is clamped to 6 first, so the result
+    is unbiased for |u| <= 6 (the scale overrides keep blocks inside that range).
+    """
+    grid = _grid(u.device)
+    mag = torch.nan_to_num(u.abs(), nan=0.0).clamp(max=E2M1_MAX)
+    lo = (mag >= 0.5).to(torch.uint8)
+    for thr in E2M1_GRID[2:]:
+        lo += mag >= thr  # index of the largest grid value <= mag
+    lo_l = lo.long()
+    hi_l = (lo_l + 1).clamp(max=7)
+    g_lo = torch.take(grid, lo_l)
+    width = torch.take(grid, hi_l) - g_lo
+    p_up = torch.where(width > 0, (mag - g_lo) / torch.where(width > 0, width, 1.0), 0.0)
+    idx = lo + ((noise < p_up) & (width > 0)).to(torch.uint8)
+    return idx | (torch.signbit(u).to(torch.uint8) << 3)
+
+
+_TABLES: dict[str, torch.Tensor] = {}
+
+
+def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
+    """E2M1 codes (uint8) -> float32 values (code 8 is -0.0)."""
+    key = str(codes.device)
+    if key not in _TABLES:
+        pos = torch.tensor(E2M1_GRID, dtype=torch.float32)
+        _TABLES[key] = torch.cat([pos, -pos]).to(codes.device)
+    return torch.take(_TABLES[key], codes.long())
+
+
+# ------------------------------------------------------------------------------------------
+# Scale format: E4M3 (float8_e4m3fn)
+
+
+def e4m3_rtn(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> ``float8_e4m3fn``, nearest-even, **saturating** at +-448 (NaN stays NaN)."""
+    return x.float().clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def e4m3_sr(x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Stochastically round non-negative float32 ``x`` to one of its two E4M3 neighbours.
+
+    Neighbours are found by viewing the nearest FP8 byte as an integer and stepping by one; the
+    result is ``up`` with probability (x - down) / (up - down), so E[result] = x for
+    0 <= x <= 448. Values above 448 saturate to 448; exactly representable values stay put.
+    """
+    x = x.float().clamp(0.0, E4M3_MAX)
+    near = x.to(torch.float8_e4m3fn)
+    byte = near.view(torch.uint8).to(torch.int16)
+    near_f = near.float()
+    above = near_f > x  # nearest is the upper neighbour
+    down_b = torch.where(above, byte - 1, byte).clamp(0, 0x7E)
+    up_b = torch.where(above, byte, byte + 1).clamp(0, 0x7E)  # 0x7E = 448; 0x7F would be NaN
+    down = down_b.to(torch.uint8).view(torch.float8_e4m3fn).float()
+    up = up_b.to(torch.uint8).view(torch.float8_e4m3fn).float()
+    width = up - down
+    p_up = torch.where(width > 0, (x - down) / torch.where(width > 0, width, 1.0), 0.0)
+    out = torch.where(noise < p_up, up, down)
+    out = torch.where(near_f == x, x, out)  # representable (and NaN-free): unchanged
+    return out.to(torch.float8_e4m3fn)
+
+
+# ------------------------------------------------------------------------------------------
+# Blocks and the quantized tensor
+
+
+@dataclass
+class NVFP4Tensor:
+    """An NVFP4-quantized tensor.
+
+    ``codes``: uint8 of the original shape (one E2M1 code per element, sign in bit 3; see
+    :meth:`packed` for two per byte). ``scales``: ``float8_e4m3fn`` of shape
+    ``(rows / block[0], cols / block[1])`` where rows is the product of the leading dims.
+    ``tensor_scale``: float32 scalar. ``nonfinite``: boolean mask of inputs that were NaN/inf
+    (their values are kept in ``passthrough`` and restored on dequantization), or None.
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    tensor_scale: torch.Tensor
+    block: tuple[int, int] = (1, BLOCK)
+    nonfinite: torch.Tensor | None = None
+    passthrough: torch.Tensor | None = None
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.codes.shape
+
+    def block_scales(self) -> torch.Tensor:
+        """float32 ``scales * tensor_scale`` broadcast to one value per element (codes' shape)."""
+        s = self.scales.float() * self.tensor_scale
+        s = s.repeat_interleave(self.block[0], 0).repeat_interleave(self.block[1], 1)
+        return s.reshape(self.codes.shape)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``e2m1(code) * (s_block * s_tensor)`` in float32, then cast to ``dtype``."""
+        out = e2m1_decode(self.codes) * self.block_scales()
+        if self.nonfinite is not None:
+            out = torch.where(self.nonfinite, self.passthrough, out)
+        return out.to(dtype)
+
+    def packed(self) -> torch.Tensor:
+        """Codes two per byte (element 2i in the low nibble), last dim halved; uint8."""
+        c = self.codes
+        return (c[..., 0::2] | (c[..., 1::2] << 4)).to(torch.uint8)
+
+
+def _check_block(x: torch.Tensor, block: tuple[int, int], name: str) -> tuple[int, int]:
+    if block not in ((1, BLOCK), (BLOCK, BLOCK)):
+        raise ValueError(f"block must be (1, 16) or (16, 16); got {block}")
+    if x.dim() < 1 or x.shape[-1] % BLOCK:
+        raise UserError(f"{name}: the last dim must be a multiple of {BLOCK}; got shape {tuple(x.shape)}")
+    rows = x.numel() // x.shape[-1]
+    if rows % block[0]:
+        raise UserError(f"{name}: 16x16 blocks need rows divisible by 16; got {rows} rows")
+    return rows, x.shape[-1]
+
+
+def _to_groups(x: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """(rows, cols) -> (n_blocks, block size) with blocks in row-major block order."""
+    rows, cols = x.shape
+    br, bc = block
+    return x.reshape(rows // br, br, cols // bc, bc).permute(0, 2, 1, 3).reshape(-1, br * bc)
+
+
+def _from_groups(g: torch.Tensor, rows: int, cols: int, block: tuple[int, int]) -> torch.Tensor:
+    br, bc = block
+    return g.reshape(rows // br, cols // bc, br, bc).permute(0, 2, 1, 3).reshape(rows, cols)
+
+
+def tensor_scale(amax: torch.Tensor, scales_max: float, v_max: float) -> torch.Tensor:
+    """FP32 ``amax / (scales_max * v_max)``, or 1 when ``amax`` is 0."""
+    amax = amax.float()
+    s = amax / (scales_max * v_max)
+    return torch.where(amax > 0, s, torch.ones_like(s))
+
+
+def block_scales_rtn(gmax: torch.Tensor, v_max: float, s_t: torch.Tensor) -> torch.Tensor:
+    """E4M3 block scales ``RTN(gmax / v_max / s_t)`` as float32, zeros replaced by 1."""
+    s = e4m3_rtn(gmax / v_max / s_t).float()
+    return torch.where(s == 0, torch.ones_like(s), s)
+
+
+def _uniform(shape, device, generator, noise) -> torch.Tensor:
+    if noise is not None:
+        if noise.shape != torch.Size(shape):
+            raise ValueError(f"noise must have shape {tuple(shape)}; got {tuple(noise.shape)}")
+        return noise.to(device=device, dtype=torch.float32)
+    return torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
+
+
+def quantize_nvfp4(
+    x: torch.Tensor,
+    *,
+    mode: str = "rtn",
+    block: tuple[int, int] = (1, BLOCK),
+    scale_override: float = 1.0,
+    scales_max: float | None = None,
+    amax: torch.Tensor | float | None = None,
+    generator: torch.Generator | None = None,
+    noise: torch.Tensor | None = None,
+    check_finite: bool = False,
+    name: str = "tensor",
+) -> NVFP4Tensor:
+    """Quantize ``x`` (any float dtype, shape (..., K), K a multiple of 16) to NVFP4 along K.
+
+    Parameters
+    ----------
+    mode : "rtn" | "sr" | "four_over_six"
+    block : (1, 16) (1x16 along the last dim) or (16, 16) tiles over (rows, K), rows being the
+        product of the leading dims (NVIDIA's weight layout).
+    scale_override : v_max = 6 / scale_override (SR uses 17/16 so blocks never clip).
+    scales_max : largest block scale the tensor scale aims at; default 448, 256 for 4/6. At most 448.
+    amax : tensor absmax to use (e.g. a delayed amax); default max|x| over finite values.
+    generator, noise : the random source for ``sr`` (noise: uniforms [0, 1) of ``x``'s shape).
+    check_finite : raise :class:`UserError` naming ``name`` on NaN/inf input. Otherwise
+        non-finite inputs come back unchanged on dequantization (never mapped to finite values).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    if scales_max is None:
+        scales_max = 256.0 if mode == "four_over_six" else E4M3_MAX
+    if not 0 < scales_max <= E4M3_MAX:
+        raise ValueError(f"scales_max must be in (0, 448]; got {scales_max}")
+    if scale_override <= 0:
+        raise ValueError(f"scale_override must be > 0; got {scale_override}")
+    rows, cols = _check_block(x, block, name)
+    xf = x.detach().float().reshape(rows, cols)
+    absmax = xf.abs().max() if xf.numel() else torch.zeros((), device=xf.device)
+    all_finite = bool(torch.isfinite(absmax))  # max propagates NaN and inf: one cheap check
+    finite = torch.isfinite(xf) if not all_finite else None
+    if not all_finite and check_finite:
+        raise UserError(f"{name} has {int((~finite).sum())} non-finite values (NaN or inf)")
+    clean = xf if all_finite else torch.where(finite, xf, 0.0)
+    if amax is None:
+        amax_t = absmax if all_finite else clean.abs().max()
+    else:
+        amax_t = torch.as_tensor(amax, dtype=torch.float32, device=xf.device).reshape(())
+    v_max = E2M1_MAX / scale_override
+    s_t = tensor_scale(amax_t, scales_max, v_max)
+    g = _to_groups(clean, block)  # (n_blocks, B)
+    gmax = g.abs().amax(dim=1, keepdim=True)
+    s_b = block_scales_rtn(gmax, v_max, s_t)
+    u = g / (s_b * s_t)
+    if mode == "rtn":
+        codes = e2m1_rtn(u)
+    elif mode == "sr":
+        codes = e2m1_sr(u, _uniform(u.shape, u.device, generator, None if noise is None else
+                                    _to_groups(noise.reshape(rows, cols), block)))
+    else:  # four_over_six: the alternative scale maps the block max to 4 instead of 6
+        s_b4 = block_scales_rtn(gmax, v_max * 4.0 / 6.0, s_t)
+        codes6 = e2m1_rtn(u)
+        codes4 = e2m1_rtn(g / (s_b4 * s_t))
+        err6 = ((e2m1_decode(codes6) * (s_b * s_t) - g) ** 2).sum(dim=1, keepdim=True)
+        err4 = ((e2m1_decode(codes4) * (s_b4 * s_t) - g) ** 2).sum(dim=1, keepdim=True)
+        use4 = err4 < err6
+        codes = torch.where(use4, codes4, codes6)
+        s_b = torch.where(use4, s_b4, s_b)
+    codes = _from_groups(codes, rows, cols, block).reshape(x.shape)
+    scales = e4m3_rtn(s_b).reshape(rows // block[0], cols // block[1])
+    out = NVFP4Tensor(codes=codes, scales=scales, tensor_scale=s_t, block=block)
+    if not all_finite:
+        out.nonfinite = ~finite.reshape(x.shape)
+        out.passthrough = torch.where(finite, 0.0, xf).reshape(x.shape)
+    return out
+
+
+def fake_quant(x: torch.Tensor, **kwargs) -> torch.Tensor:
+    """``quantize_nvfp4(x, **kwargs).dequantize()`` in ``x``'s dtype."""
+    return quantize_nvfp4(x, **kwargs).dequantize(x.dtype)
