@@ -26,6 +26,7 @@ CLAIMS: list[Claim] = [
         statement="Ranking requests by E[X] + beta*CVaR of a log-t output-length prediction cuts "
         "mean per-token latency against learning-to-rank SJF.",
         paper_figure="2.31x lower mean per-token latency than LTR",
+        run=lazy("icml26.tie.claim:run"),
         area=SERVING,
     ),
     Claim(

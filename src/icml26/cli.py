@@ -30,6 +30,7 @@ METHOD_CLIS: dict[str, str] = {
     "atlas": "icml26.atlas.cli:app",
     "lems": "icml26.lems.cli:app",
     "quartet2": "icml26.quartet2.cli:app",
+    "tie": "icml26.tie.cli:app",
 }
 
 

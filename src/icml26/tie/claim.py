@@ -1,0 +1,167 @@
+"""Claim ``tie``: ranking by E[X~] + beta CVaR of a log-t length beats FCFS, SSJF and LTR on
+per-token latency under load.
+
+What runs (all scales): a *generated* prompt population with per-prompt log-t lengths
+(:mod:`icml26.tie.experiment`; no LLM sampling: see notes), offline labels fitted from
+``n_label`` capped samples per prompt, cross-fitted predictors (TIE heads, SSJF, LTR) on prompt
+features, and a vLLM-V1-like engine (Llama-3-8B roofline on one H100, max_num_seqs 32, x_max =
+cap = 2048) replaying Poisson traces at loads 0.6-1.0 of FCFS capacity with 7 policies.
+Headline: mean PTLA(LTR) / mean PTLA(TIE) at load 0.9, mean and min/max over seeds; target 1.15.
+
+Options: ``loads`` (comma list), ``requests``, ``seeds``, ``prompts``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from icml26.core.claims import Measure, Result, RunContext
+from icml26.core.plots import pyplot, save_figure
+from icml26.sim.cost import HardwareSpec, ModelSpec, RooflineCost
+from icml26.sim.engine import EngineConfig
+from icml26.tie.experiment import (
+    POLICIES,
+    crossfit,
+    fit_labels,
+    make_population,
+    make_trace,
+    run_policy,
+)
+from icml26.tie.lengths import fit_lognormal, fit_logt
+from icml26.tie.predictor import HeadConfig
+from icml26.tie.queue import QueueConfig
+
+TARGET = 1.15
+HEADLINE_LOAD = 0.9
+
+
+def _plots(ctx, loads, table, pop, pred):
+    plt = pyplot()
+    figs = []
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for p in POLICIES:
+        m = np.array([np.mean(table[(p, ld)]) for ld in loads])
+        lo = np.array([np.min(table[(p, ld)]) for ld in loads])
+        hi = np.array([np.max(table[(p, ld)]) for ld in loads])
+        ax.errorbar(loads, m, yerr=[m - lo, hi - m], marker="o", capsize=3, label=p,
+                    lw=2.5 if p == "TIE" else 1.2)
+    ax.set_xlabel("load (fraction of FCFS capacity)")
+    ax.set_ylabel("mean per-token latency PTLA (s)")
+    ax.set_yscale("log")
+    ax.set_title("Simulated Llama-3-8B / H100, max_num_seqs 32 (min-max over seeds)")
+    ax.legend(fontsize=8)
+    figs.append(save_figure(fig, ctx.out_dir / "ptla_vs_load.png"))
+
+    fig, axs = plt.subplots(1, 2, figsize=(9, 3.8))
+    axs[0].scatter(pop.labels["mu"], pred["mu"], s=6, alpha=0.6)
+    axs[0].set_xlabel("label mu (log-t MLE)")
+    axs[0].set_ylabel("predicted mu (out of fold)")
+    axs[1].scatter(pop.labels["sigma"], pred["sigma"], s=6, alpha=0.6, color="C1")
+    axs[1].set_xlabel("label sigma")
+    axs[1].set_ylabel("predicted sigma")
+    figs.append(save_figure(fig, ctx.out_dir / "predicted_vs_label.png"))
+
+    fig, axs = plt.subplots(1, 3, figsize=(11, 3.3))
+    rng = np.random.default_rng(ctx.seed)
+    for ax, i in zip(axs, [0, 4, 5], strict=True):
+        d = pop.dist(i)
+        L, c = d.sample_lengths(rng, 400, pop.cap)
+        ax.hist(np.log(L), bins=30, density=True, alpha=0.5, label=f"ln length ({pop.family[i]}, cap {pop.cap})")
+        ys = np.linspace(0, np.log(pop.cap), 200)
+        for fit, name in ((fit_logt(L, c), "log-t nu=3.5"), (fit_lognormal(L, c), "log-normal")):
+            ax.plot(ys, np.exp(fit.logpdf(np.exp(ys))) * np.exp(ys), label=name)  # density of ln X
+        ax.set_xlabel("ln(output tokens)")
+        ax.legend(fontsize=7)
+    figs.append(save_figure(fig, ctx.out_dir / "length_fits.png"))
+    return figs
+
+
+def run(ctx: RunContext) -> Result:
+    opt = ctx.options
+    n_prompts = int(opt.get("prompts", ctx.pick(tiny=48, small=480, full=3000)))
+    n_req = int(opt.get("requests", ctx.pick(tiny=400, small=4000, full=20000)))
+    n_seeds = int(opt.get("seeds", ctx.pick(tiny=2, small=5, full=5)))
+    loads = [float(v) for v in opt.get("loads", ctx.pick("0.9,1.2", "0.6,0.8,0.9,1.0,1.2",
+                                                          "0.6,0.7,0.8,0.9,1.0,1.2")).split(",")]
+    if any(ld <= 0 for ld in loads):
+        raise ValueError(f"loads must be > 0; got {loads}")
+    if HEADLINE_LOAD not in loads:
+        loads = sorted(loads + [HEADLINE_LOAD])
+    head = HeadConfig(epochs=ctx.pick(tiny=25, small=60, full=300), seed=ctx.seed)
+    cap = 2048
+
+    pop = make_population(n_prompts, cap=cap, seed=ctx.seed)
+    pop.labels = fit_labels(pop, n_label=20, seed=ctx.seed, progress=ctx.progress)
+    pred, r2 = crossfit(pop, pop.labels, head=head, seed=ctx.seed, progress=ctx.progress)
+    pop.pred = pred
+
+    cost = RooflineCost(ModelSpec.llama3_8b(), HardwareSpec.h100())
+    ecfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=8192, kv_tokens=cost.kv_capacity_tokens())
+    qcfg = QueueConfig(x_max=cap)
+
+    # capacity: FCFS throughput while saturated (every request waiting at t = 0; the offline
+    # setting): requests finished per second up to the moment half of them are done (the drain
+    # at the end, when the batch is no longer full, is excluded)
+    tick = ctx.progress.task("simulating", total=len(POLICIES) * (1 + n_seeds * len(loads)))
+    offline_tr = make_trace(pop, n_req, None, seed=ctx.seed)
+    offline = {}
+    for p in POLICIES:
+        offline[p] = run_policy(p, pop, offline_tr, cost, ecfg, qcfg, finish_n=int(0.75 * n_req))
+        tick(1)
+    half = run_policy("FCFS", pop, offline_tr, cost, ecfg, qcfg, finish_n=n_req // 2)["time_to_finish_s"]
+    capacity = (n_req // 2) / half
+
+    table, p90, ttft = {}, {}, {}
+    for ld in loads:
+        for s in range(n_seeds):
+            tr = make_trace(pop, n_req, ld * capacity, seed=ctx.seed * 1000 + s)
+            for p in POLICIES:
+                m = run_policy(p, pop, tr, cost, ecfg, qcfg)
+                table.setdefault((p, ld), []).append(m["ptla_mean"])
+                p90.setdefault((p, ld), []).append(m["ptla_p90"])
+                ttft.setdefault((p, ld), []).append(m["ttft_mean"])
+                tick(1)
+
+    ratio = np.array(table[("LTR", HEADLINE_LOAD)]) / np.array(table[("TIE", HEADLINE_LOAD)])
+    rows = []
+    H = HEADLINE_LOAD
+    for p in POLICIES:
+        v = np.array(table[(p, H)])
+        rows.append({
+            "policy": p, f"mean PTLA @{H} (s)": round(float(v.mean()), 4),
+            "min-max over seeds": f"{v.min():.4f}-{v.max():.4f}",
+            f"P90 PTLA @{H} (s)": round(float(np.mean(p90[(p, H)])), 4),
+            f"mean TTFT @{H} (s)": round(float(np.mean(ttft[(p, H)])), 3),
+            "PTLA(LTR)/PTLA(x)": round(float(np.mean(np.array(table[("LTR", H)]) / v)), 3),
+            "PTLA(FCFS)/PTLA(x)": round(float(np.mean(np.array(table[("FCFS", H)]) / v)), 3),
+            **{f"mean PTLA @{ld}": round(float(np.mean(table[(p, ld)])), 4) for ld in loads if ld != H},
+            "offline: time to finish 75% (s)": round(offline[p]["time_to_finish_s"], 2),
+        })
+    lab = pop.labels
+    cap_hit = float(np.mean([pop.dist(i).sf(cap - 1) for i in range(n_prompts)]))
+    notes = [
+        "PROXY: output lengths come from a GENERATED prompt population (6 families, per-prompt log-t "
+        "with nu=3.5, LMSYS-like spread), not from an LLM; the LLM length study (KS tests on SmolLM2 "
+        "samples) is a separate tool (`icml26 tie sample-lengths`) and is not part of this verdict.",
+        f"Predictors (TIE heads, SSJF, LTR) are the official head architecture trained on synthetic prompt "
+        f"features, 5-fold cross-fitted by prompt: R^2 mu {r2['mu']:.2f} (family-mean baseline "
+        f"{r2['mu_family_mean']:.2f}), sigma {r2['sigma']:.2f} (family-mean {r2['sigma_family_mean']:.2f}); "
+        "paper 0.82 / 0.76 with DeBERTa on LMSYS.",
+        f"Labels: log-t (nu=3.5) / log-normal MLE from 20 capped samples per prompt (interval-censored); "
+        f"SSJF regresses the sample mean, LTR is trained with ListMLE on it. {n_prompts} prompts; "
+        f"true lengths of simulated requests are fresh draws (held out from the labels); expected "
+        f"cap-hit rate {cap_hit:.3%}; mean label sigma {lab['sigma'].mean():.2f}.",
+        f"Engine: Llama-3-8B roofline on one H100 (bf16, MFU 0.5, MBU 0.7, 4 ms overhead), max_num_seqs 32, "
+        f"max_num_batched_tokens 8192, paged KV {ecfg.kv_tokens} tokens; FCFS capacity "
+        f"{capacity:.2f} req/s; {n_req} requests per run, Poisson arrivals, {n_seeds} seeds per load.",
+        "All predicted policies share TIE's prediction pipeline (enter at x_max, batched predictions); only "
+        "TIE, TIE-lognormal and SEPT use aging (gamma 0.9, tau 30 s, rebuild 5 s) as in the paper; "
+        "oracle SJF ranks by the true length.",
+        f"Headline: mean over seeds of PTLA(LTR)/PTLA(TIE) at load {H}; spread = min/max over seeds. "
+        "Paper: 2.31x vs LTR (8B, LMSYS, 100 RPS).",
+    ]
+    figs = _plots(ctx, loads, table, pop, pred)
+    return Result(rows=rows,
+                  headline=Measure(f"PTLA(LTR)/PTLA(TIE) @ load {H}", float(ratio.mean()), "x",
+                                   (float(ratio.min()), float(ratio.max())), higher_is_better=True),
+                  target=TARGET, notes=notes, figures=figs)

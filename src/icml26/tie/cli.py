@@ -1,0 +1,191 @@
+"""``icml26 tie ...``: sample output lengths, fit log-t per prompt, simulate scheduling policies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="TIE: log-t output-length distributions and tail-aware SJF scheduling.", no_args_is_help=True)
+
+SIM_POLICIES = ("fcfs", "ssjf", "ltr", "sept", "tie", "oracle")
+
+
+def _read_prompts(path: Path) -> list[str]:
+    from icml26.core.errors import UserError
+
+    if not path.is_file():
+        raise UserError(f"prompts file not found: {path}")
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            out.append(obj["prompt"] if isinstance(obj, dict) else str(obj))
+        except (json.JSONDecodeError, KeyError):
+            raise UserError(f"{path}: line {i}: expected a JSON object with a 'prompt' field") from None
+    if not out:
+        raise UserError(f"{path}: no prompts")
+    return out
+
+
+@app.command("sample-lengths")
+def sample_lengths_cmd(
+    prompts: Path = typer.Option(..., help="JSONL with one {'prompt': ...} per line"),
+    out: Path = typer.Option(Path("lengths.json"), "-o", "--out", help="output JSON (resumable cache)"),
+    model: str = typer.Option(None, help="HF folder or .gguf (default: packaged SmolLM2)"),
+    n: int = typer.Option(12, help="completions per prompt"),
+    cap: int = typer.Option(256, help="max new tokens (lengths at the cap are censored)"),
+    batch_size: int = typer.Option(48),
+    temperature: float = typer.Option(1.0),
+    dtype: str = typer.Option("bf16"),
+    device: str = typer.Option("cpu"),
+    seed: int = typer.Option(0),
+):
+    """Sample N completions per prompt and record their lengths (with batch refilling)."""
+    from icml26.core.lm import load_lm
+    from icml26.core.torchutil import check_device, parse_dtype
+    from icml26.tie.sampling import SampleConfig, sample_lengths
+
+    texts = _read_prompts(prompts)
+    m, tok = load_lm(model, dtype=parse_dtype(dtype), device=check_device(device))
+    res = sample_lengths(m, tok, texts, SampleConfig(n, cap, temperature, batch_size, seed=seed), cache_path=out)
+    typer.echo(f"{len(res)} prompts x {n} samples -> {out}")
+
+
+@app.command("fit")
+def fit_cmd(
+    lengths: Path = typer.Argument(..., help="JSON from sample-lengths"),
+    out: Path = typer.Option(Path("fits.json"), "-o", "--out"),
+    ks_boot: int = typer.Option(0, help="parametric-bootstrap KS replicates (0: skip KS)"),
+):
+    """Fit log-t (nu=3.5 and free) and log-normal per prompt; optional KS tests."""
+    import numpy as np
+
+    from icml26.core.errors import UserError
+    from icml26.core.io import atomic_write_json
+    from icml26.tie.lengths import fit_lognormal, fit_logt, ks_test
+
+    if not lengths.is_file():
+        raise UserError(f"lengths file not found: {lengths}")
+    data = json.loads(lengths.read_text(encoding="utf-8"))
+    res, passes = {}, {"logt": [], "logt_free": [], "lognormal": []}
+    for key, e in data.items():
+        L, c = np.array(e["lengths"]), np.array(e["censored"])
+        if L.size < 2:
+            raise UserError(f"{lengths}: prompt {key} has {L.size} samples; need >= 2")
+        t, tf, ln = fit_logt(L, c), fit_logt(L, c, nu=None), fit_lognormal(L, c)
+        r = {"mu": t.mu, "sigma": t.sigma, "free": [tf.mu, tf.sigma, tf.nu], "lognormal": [ln.mu, ln.sigma]}
+        if ks_boot:
+            for name, fam, nu in (("logt", "logt", 3.5), ("logt_free", "logt", None), ("lognormal", "lognormal", 3.5)):
+                _, p = ks_test(L, c, fam, nu, n_boot=ks_boot)
+                r[f"ks_p_{name}"] = p
+                passes[name].append(p > 0.05)
+        res[key] = r
+    atomic_write_json(out, res)
+    msg = f"{len(res)} prompts fitted -> {out}"
+    if ks_boot:
+        msg += "; KS pass rates " + ", ".join(f"{k} {np.mean(v):.1%}" for k, v in passes.items())
+    typer.echo(msg)
+
+
+@app.command("train")
+def train_cmd(
+    prompts: Path = typer.Option(..., help="JSONL prompts (the file given to sample-lengths)"),
+    fits: Path = typer.Option(..., help="JSON from `tie fit`"),
+    out: Path = typer.Option(Path("predictor.safetensors"), "-o", "--out"),
+    model: str = typer.Option(None, help="frozen encoder: HF folder or .gguf (default: packaged SmolLM2)"),
+    epochs: int = typer.Option(300),
+    device: str = typer.Option("cpu"),
+    seed: int = typer.Option(0),
+):
+    """Train TIE's (mu, sigma) heads on frozen-encoder features of the prompts."""
+    import numpy as np
+    import torch
+
+    from icml26.core.errors import UserError
+    from icml26.core.lm import load_lm
+    from icml26.core.torchutil import check_device
+    from icml26.tie.predictor import HeadConfig, LengthPredictor, encode_prompts
+    from icml26.tie.sampling import prompt_key
+
+    texts = _read_prompts(prompts)
+    if not fits.is_file():
+        raise UserError(f"fits file not found: {fits}")
+    table = json.loads(fits.read_text(encoding="utf-8"))
+    keep = [t for t in texts if prompt_key(t) in table]
+    if len(keep) < 4:
+        raise UserError(f"{fits}: only {len(keep)} of {len(texts)} prompts have fits; need >= 4")
+    m, tok = load_lm(model, dtype=torch.float32, device=check_device(device))
+    x = encode_prompts(keep, m, tok, device=device)
+    mu = np.array([table[prompt_key(t)]["mu"] for t in keep])
+    sigma = np.array([table[prompt_key(t)]["sigma"] for t in keep])
+    LengthPredictor(HeadConfig(epochs=epochs, seed=seed)).fit(x, mu, sigma).save(out)
+    typer.echo(f"trained on {len(keep)} prompts ({x.shape[1]}-d features) -> {out}")
+
+
+@app.command("simulate")
+def simulate_cmd(
+    trace: Path = typer.Option(..., help="Azure, BurstGPT or native CSV trace"),
+    policy: str = typer.Option("tie", help=f"one of {', '.join(SIM_POLICIES)}"),
+    max_num_seqs: int = typer.Option(32),
+    x_max: int = typer.Option(2048, help="max_tokens cap used by the score"),
+    pred_noise: float = typer.Option(0.5, help="what-if predictor: mu = ln(true length) + N(0, noise), sigma = noise"),
+    model: str = typer.Option("llama3-8b", help="llama3-8b, llama3-70b or a path to an HF config.json"),
+    gpu: str = typer.Option("h100", help="h100 or h200"),
+    tp: int = typer.Option(1),
+    limit: int = typer.Option(None, help="use only the first N requests"),
+    seed: int = typer.Option(0),
+):
+    """Replay a trace through the simulated engine with one waiting-queue policy; print metrics.
+
+    Traces carry no prompts, so predicted policies use a *what-if* predictor of the given noise on
+    the true length (documented in docs/tie.md); FCFS and oracle need no predictor.
+    """
+    import numpy as np
+
+    from icml26.core.errors import UserError
+    from icml26.sim import (
+        Engine,
+        EngineConfig,
+        FCFSQueue,
+        HardwareSpec,
+        ModelSpec,
+        RooflineCost,
+        load_trace,
+        simulate,
+        summarize,
+    )
+    from icml26.tie.queue import QueueConfig, TIEQueue
+    from icml26.tie.score import tie_score
+
+    if policy not in SIM_POLICIES:
+        raise UserError(f"unknown policy {policy!r}; use one of {', '.join(SIM_POLICIES)}")
+    if pred_noise <= 0:
+        raise UserError(f"pred_noise must be > 0; got {pred_noise}")
+    reqs, dropped = load_trace(trace, return_dropped=True, limit=limit)
+    specs = {"llama3-8b": ModelSpec.llama3_8b, "llama3-70b": ModelSpec.llama3_70b}
+    spec = specs[model]() if model in specs else ModelSpec.from_hf_config(model)
+    hws = {"h100": HardwareSpec.h100, "h200": HardwareSpec.h200}
+    if gpu not in hws:
+        raise UserError(f"unknown gpu {gpu!r}; use h100 or h200")
+    cost = RooflineCost(spec, hws[gpu](), tp=tp)
+    rng = np.random.default_rng(seed)
+    mu = {r.id: float(np.log(min(r.output_tokens, x_max)) + rng.normal(0, pred_noise)) for r in reqs}
+    qc = QueueConfig(x_max=x_max)
+    noage = QueueConfig(x_max=x_max, gamma=1.0)
+    queues = {
+        "fcfs": FCFSQueue,
+        "oracle": lambda: TIEQueue(lambda r, q: r.output_tokens, noage),
+        "ssjf": lambda: TIEQueue(lambda r, q: min(np.exp(mu[r.id]), x_max), noage),
+        "ltr": lambda: TIEQueue(lambda r, q: min(np.exp(mu[r.id]), x_max), noage),
+        "sept": lambda: TIEQueue(lambda r, q: tie_score(mu[r.id], pred_noise, q, max_num_seqs, x_max, beta=0), qc),
+        "tie": lambda: TIEQueue(lambda r, q: tie_score(mu[r.id], pred_noise, q, max_num_seqs, x_max), qc),
+    }
+    eng = Engine(EngineConfig(max_num_seqs=max_num_seqs, kv_tokens=cost.kv_capacity_tokens()), cost, queues[policy]())
+    s = summarize(simulate(reqs, eng))
+    typer.echo(f"{len(reqs)} requests ({dropped} failed rows dropped), policy {policy}, {spec.name} on {tp}x{gpu}")
+    for k in ("ptla_mean", "ptla_p90", "ttft_mean", "ttft_p90", "e2e_mean", "tpot_mean", "throughput_tok_s", "preemptions"):
+        typer.echo(f"  {k:18s} {s[k]:.4f}")

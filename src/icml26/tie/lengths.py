@@ -1,0 +1,184 @@
+"""Log-t output-length distributions (TIE, Sec. 3): fits, censoring, goodness of fit.
+
+``X ~ LogT(mu, sigma, nu)`` means ``ln X = mu + sigma * T`` with ``T ~ Student-t(nu)``; the
+density is ``t_nu((ln x - mu) / sigma) / (sigma x)``. The paper fixes ``nu = 3.5``; ``nu = inf`` is
+the log-normal. The untruncated mean is infinite for every ``sigma > 0`` (E[e^{sigma T}] diverges),
+so all moments used for scheduling are of ``min(X, x_max)`` (:mod:`icml26.tie.score`).
+
+Observed lengths are integers ``L >= 1`` (tokens including EOS) and a completion that hit the
+generation cap is *right-censored* (true length ``>= cap``). Fits therefore maximise the
+interval-censored likelihood of integers: ``P(L = k) = F(k) - F(k - 1)`` for ``k < cap`` and
+``P(L >= cap) = 1 - F(cap - 1)``; this is the exact likelihood of ``L = ceil(X)`` and needs no
+jitter for the many tied short lengths (choice: the paper fits the continuous density).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special, stats
+
+__all__ = ["LogT", "fit_logt", "fit_lognormal", "ks_statistic", "ks_test", "loglik"]
+
+
+@dataclass(frozen=True)
+class LogT:
+    """``ln X = mu + sigma * T``, ``T ~ t(nu)``; ``nu = math.inf`` is the log-normal."""
+
+    mu: float
+    sigma: float
+    nu: float = 3.5
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.mu):
+            raise ValueError(f"mu must be finite; got {self.mu}")
+        if not (self.sigma > 0 and math.isfinite(self.sigma)):
+            raise ValueError(f"sigma must be > 0; got {self.sigma}")
+        if not self.nu > 1:
+            raise ValueError(f"nu must be > 1; got {self.nu}")
+
+    def _z(self, x):
+        x = np.asarray(x, dtype=float)
+        with np.errstate(divide="ignore"):
+            return (np.log(x) - self.mu) / self.sigma
+
+    def _base_cdf(self, z):
+        return special.ndtr(z) if math.isinf(self.nu) else special.stdtr(self.nu, z)
+
+    def cdf(self, x):
+        """P(X <= x); x > 0 (0 gives 0)."""
+        return self._base_cdf(self._z(x))
+
+    def sf(self, x):
+        return self._base_cdf(-self._z(x))
+
+    def logpdf(self, x):
+        z = self._z(x)
+        base = stats.norm.logpdf(z) if math.isinf(self.nu) else stats.t.logpdf(z, self.nu)
+        return base - math.log(self.sigma) - np.log(np.asarray(x, dtype=float))
+
+    def ppf(self, q):
+        q = np.asarray(q, dtype=float)
+        z = special.ndtri(q) if math.isinf(self.nu) else special.stdtrit(self.nu, q)
+        return np.exp(self.mu + self.sigma * z)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Continuous draws (float64, shape (n,))."""
+        t = rng.standard_normal(n) if math.isinf(self.nu) else rng.standard_t(self.nu, n)
+        return np.exp(np.clip(self.mu + self.sigma * t, -700, 700))
+
+    def sample_lengths(self, rng: np.random.Generator, n: int, cap: int | None = None):
+        """Integer lengths ``ceil(X)`` and censor flags (``L >= cap`` becomes ``cap``, True)."""
+        L = np.maximum(np.ceil(self.sample(rng, n)), 1)
+        if cap is None:
+            return L.astype(np.int64), np.zeros(n, dtype=bool)
+        return np.minimum(L, cap).astype(np.int64), cap <= L
+
+    def discrete_logpmf(self, k, censored=None):
+        """log P(L = k) for integer k >= 1 (``censored``: log P(L >= k))."""
+        k = np.asarray(k, dtype=float)
+        lo, hi = self.cdf(k - 1), self.cdf(k)
+        # the upper tail is computed through sf for precision
+        p = np.where(np.log(np.maximum(k, 1e-300)) > self.mu, self.sf(k - 1) - self.sf(k), hi - lo)
+        if censored is not None:
+            p = np.where(np.asarray(censored, bool), self.sf(k - 1), p)
+        return np.log(np.maximum(p, 1e-300))
+
+
+def _check(lengths, censored):
+    x = np.asarray(lengths, dtype=float).ravel()
+    if x.size < 2:
+        raise ValueError(f"need >= 2 lengths per prompt to fit a distribution; got {x.size}")
+    if (x < 1).any() or (x != np.round(x)).any():
+        raise ValueError(f"lengths must be integers >= 1; got min {x.min()}")
+    c = np.zeros(x.size, bool) if censored is None else np.asarray(censored, bool).ravel()
+    if c.shape != x.shape:
+        raise ValueError(f"censored has shape {c.shape}, lengths {x.shape}")
+    if c.all():
+        raise ValueError(f"all {x.size} lengths are censored at the cap: the distribution is not identifiable "
+                         "(raise the cap)")
+    return x, c
+
+
+def loglik(dist: LogT, lengths, censored=None) -> float:
+    """Interval-censored log-likelihood of integer lengths (nats)."""
+    x, c = _check(lengths, censored)
+    return float(dist.discrete_logpmf(x, c).sum())
+
+
+def _fit(x, c, nu, free_nu):
+    lx = np.log(x)
+    mu0 = float(np.median(lx))
+    s0 = float(max(np.median(np.abs(lx - mu0)) * 1.4826, 0.1))
+
+    def nll(theta):
+        mu, ls = theta[0], theta[1]
+        v = 1 + math.exp(theta[2]) if free_nu else nu
+        if not (-20 < ls < 5) or abs(mu) > 50 or (free_nu and v > 1e4):
+            return 1e12
+        return -float(LogT(mu, math.exp(ls), v).discrete_logpmf(x, c).sum())
+
+    th0 = [mu0, math.log(s0)] + ([math.log(2.5)] if free_nu else [])
+    res = optimize.minimize(nll, th0, method="Nelder-Mead",
+                            options={"xatol": 1e-5, "fatol": 1e-7, "maxiter": 2000})
+    v = 1 + math.exp(res.x[2]) if free_nu else nu
+    return LogT(float(res.x[0]), float(math.exp(res.x[1])), float(v))
+
+
+def fit_logt(lengths, censored=None, nu: float | None = 3.5) -> LogT:
+    """MLE of (mu, sigma) with ``nu`` fixed (paper: 3.5), or of (mu, sigma, nu) with ``nu=None``.
+
+    ``lengths``: integer token counts >= 1; ``censored``: True where the cap was hit.
+    """
+    if nu is not None and not nu > 1:
+        raise ValueError(f"nu must be > 1 (or None to fit it); got {nu}")
+    x, c = _check(lengths, censored)
+    return _fit(x, c, nu, nu is None)
+
+
+def fit_lognormal(lengths, censored=None) -> LogT:
+    """MLE of the log-normal (a LogT with ``nu = inf``)."""
+    x, c = _check(lengths, censored)
+    return _fit(x, c, math.inf, False)
+
+
+def ks_statistic(dist: LogT, lengths, censored=None) -> float:
+    """sup_k |F_n(k) - F(k)| over the integer support below the cap (censored points count as
+    mass at or above the cap, so the comparison stops below it)."""
+    x, c = _check(lengths, censored)
+    top = x[c].min() if c.any() else np.inf
+    ks = np.unique(np.concatenate([x[x < top], x[x < top] - 1]))
+    ks = ks[ks >= 0]
+    if ks.size == 0:
+        return 0.0
+    emp = np.searchsorted(np.sort(x), ks, side="right") / x.size
+    return float(np.abs(emp - dist.cdf(np.maximum(ks, 1e-300) * (ks > 0))).max())
+
+
+def ks_test(lengths, censored=None, family: str = "logt", nu: float | None = 3.5, cap: int | None = None,
+            n_boot: int = 99, seed: int = 0) -> tuple[float, float]:
+    """KS goodness of fit with estimated parameters: ``(statistic, p_value)``.
+
+    The p-value is a parametric bootstrap (Lilliefors-style): ``n_boot`` samples of the same size
+    from the fitted model, discretised and censored at ``cap`` like the data, each refitted; p =
+    (1 + #{D* >= D}) / (1 + n_boot). ``family``: ``logt`` (``nu`` fixed, or free with None) or
+    ``lognormal``.
+    """
+    x, c = _check(lengths, censored)
+    if family not in ("logt", "lognormal"):
+        raise ValueError(f"family must be logt or lognormal; got {family!r}")
+    fit = (lambda a, b: fit_logt(a, b, nu)) if family == "logt" else fit_lognormal
+    d = fit(x, c)
+    D = ks_statistic(d, x, c)
+    rng = np.random.default_rng(seed)
+    cap = cap if cap is not None else (int(x[c].min()) if c.any() else None)
+    hits = 0
+    for _ in range(n_boot):
+        xb, cb = d.sample_lengths(rng, x.size, cap)
+        if np.unique(xb).size < 2:
+            xb = np.sort(xb)
+            xb[-1] = xb[-1] + 1 if cap is None or xb[-1] + 1 < cap else xb[-1]
+        hits += ks_statistic(fit(xb, cb), xb, cb) >= D - 1e-12
+    return D, (1 + hits) / (1 + n_boot)

@@ -1,0 +1,195 @@
+"""Sample output lengths of a causal LM, many completions per prompt, with batch refilling.
+
+``sample_lengths`` runs a hand-written decode loop over a pool of ``batch_size`` rows. A row whose
+completion ends (EOS or the ``cap``) leaves the batch at once (its KV rows are dropped), and when
+the pool falls to ``refill_at`` rows a new group of jobs is prefilled and merged in (left-padded
+KV, per-row position ids), so the batch never idles on finished rows the way ``generate`` does.
+
+Length convention: the number of generated tokens *including* the EOS token (so ``>= 1``); a
+completion that reaches ``cap`` without EOS is recorded as ``cap`` and flagged censored (its true
+length is ``>= cap``).
+
+The cache (JSON, written atomically every ``checkpoint_s``) maps ``sha1(prompt)`` to its lengths
+and censor flags, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from icml26.core.io import atomic_write_json
+
+__all__ = ["SampleConfig", "sample_lengths", "prompt_key"]
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    """``cap``: max new tokens; ``temperature`` 1.0 samples the model's own distribution."""
+
+    n_samples: int = 12
+    cap: int = 256
+    temperature: float = 1.0
+    batch_size: int = 48
+    refill_at: int | None = None  # default batch_size // 2
+    seed: int = 0
+    checkpoint_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.n_samples < 2:
+            raise ValueError(f"n_samples must be >= 2 (one fit needs several samples); got {self.n_samples}")
+        if self.cap < 2:
+            raise ValueError(f"cap must be >= 2; got {self.cap}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0; got {self.temperature}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {self.batch_size}")
+
+
+def prompt_key(prompt: str) -> str:
+    return hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:16]
+
+
+def _chat_ids(tok, prompt: str) -> list[int]:
+    msgs = [{"role": "user", "content": prompt}]
+    try:
+        ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return list(ids)
+    except (ValueError, AttributeError):  # no chat template: plain prompt
+        return tok(prompt)["input_ids"]
+
+
+def _pad_time(t: torch.Tensor, T: int) -> torch.Tensor:
+    """Left-pad a (B, H, t, D) KV tensor with zeros to length T."""
+    extra = T - t.shape[-2]
+    if extra == 0:
+        return t
+    return torch.cat([t.new_zeros(*t.shape[:-2], extra, t.shape[-1]), t], dim=-2)
+
+
+def _kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _make_cache(kv):
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (k, v) in enumerate(kv):
+        cache.update(k, v, i)
+    return cache
+
+
+def sample_lengths(model, tok, prompts: list[str], config: SampleConfig = SampleConfig(),
+                   cache_path: str | Path | None = None, progress=None) -> dict[str, dict]:
+    """Sample ``config.n_samples`` completions for every prompt; return ``{prompt: {"lengths",
+    "censored"}}`` (lists of ints / bools, in completion order).
+
+    ``model``: an HF causal LM (any device/dtype); ``tok``: its tokenizer (chat template applied
+    when it has one). ``progress``: an object with ``task(desc, total)`` (a RunContext progress).
+    """
+    cfg = config
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    gen_eos = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
+    eos = {int(e) for e in [tok.eos_token_id, *gen_eos] if e is not None}
+    done: dict[str, dict] = {}
+    if cache_path is not None and Path(cache_path).exists():
+        done = json.loads(Path(cache_path).read_text(encoding="utf-8"))
+    jobs: list[tuple[str, list[int]]] = []
+    for p in prompts:
+        k = prompt_key(p)
+        have = len(done.get(k, {}).get("lengths", []))
+        ids = _chat_ids(tok, p)
+        jobs += [(k, ids)] * max(0, cfg.n_samples - have)
+    total = len(jobs)
+    advance = progress.task("sampling completions", total) if progress is not None else (lambda n=1: None)
+    device = next(model.parameters()).device
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed + len(done))
+    refill_at = cfg.refill_at if cfg.refill_at is not None else cfg.batch_size // 2
+    last_ckpt = time.monotonic()
+
+    def record(key: str, length: int, censored: bool) -> None:
+        entry = done.setdefault(key, {"lengths": [], "censored": []})
+        entry["lengths"].append(int(length))
+        entry["censored"].append(bool(censored))
+        advance(1)
+
+    def sample(logits: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(logits.float() / cfg.temperature, dim=-1).cpu()
+        return torch.multinomial(probs, 1, generator=gen).squeeze(1)
+
+    kv = None  # list of (K, V) per layer, (B, H, T, D)
+    mask = pos = last = count = None
+    keys: list[str] = []
+    with torch.inference_mode():
+        while jobs or keys:
+            if jobs and len(keys) <= refill_at:
+                group, jobs = jobs[: cfg.batch_size - len(keys)], jobs[cfg.batch_size - len(keys):]
+                P = max(len(ids) for _, ids in group)
+                inp = torch.full((len(group), P), tok.pad_token_id or 0, dtype=torch.long)
+                gmask = torch.zeros((len(group), P), dtype=torch.long)
+                for r, (_, ids) in enumerate(group):
+                    inp[r, P - len(ids):] = torch.tensor(ids)
+                    gmask[r, P - len(ids):] = 1
+                gpos = (gmask.cumsum(1) - 1).clamp(min=0)
+                out = model(input_ids=inp.to(device), attention_mask=gmask.to(device),
+                            position_ids=gpos.to(device), use_cache=True, logits_to_keep=1)
+                gkv = _kv(out.cache)
+                tok1 = sample(out.logits[:, -1])
+                gpos_next = gmask.sum(1)
+                if kv is None or not keys:
+                    kv, mask, pos = gkv, gmask, gpos_next
+                    last, count, keys = tok1, torch.ones(len(group), dtype=torch.long), [k for k, _ in group]
+                else:
+                    T = max(mask.shape[1], P)
+                    kv = [(torch.cat([_pad_time(k0, T), _pad_time(k1, T)]),
+                           torch.cat([_pad_time(v0, T), _pad_time(v1, T)]))
+                          for (k0, v0), (k1, v1) in zip(kv, gkv, strict=True)]
+                    mask = torch.cat([torch.nn.functional.pad(mask, (T - mask.shape[1], 0)),
+                                      torch.nn.functional.pad(gmask, (T - P, 0))])
+                    pos = torch.cat([pos, gpos_next])
+                    last = torch.cat([last, tok1])
+                    count = torch.cat([count, torch.ones(len(group), dtype=torch.long)])
+                    keys = keys + [k for k, _ in group]
+            else:
+                mask = torch.cat([mask, torch.ones(len(keys), 1, dtype=torch.long)], dim=1)
+                out = model(input_ids=last[:, None].to(device), attention_mask=mask.to(device),
+                            position_ids=pos[:, None].to(device), cache=_make_cache(kv),
+                            use_cache=True, logits_to_keep=1)
+                kv = _kv(out.cache)
+                pos = pos + 1
+                last = sample(out.logits[:, -1])
+                count = count + 1
+            is_eos = torch.tensor([int(t) in eos for t in last.tolist()], dtype=torch.bool)
+            finished = is_eos | (count >= cfg.cap)
+            if finished.any():
+                for r in torch.nonzero(finished).flatten().tolist():
+                    record(keys[r], int(count[r]), censored=not bool(is_eos[r]))
+                keep = torch.nonzero(~finished).flatten()
+                keys = [keys[r] for r in keep.tolist()]
+                if keys:
+                    kv = [(k[keep], v[keep]) for k, v in kv]
+                    mask, pos, last, count = mask[keep], pos[keep], last[keep], count[keep]
+                    first = int(torch.nonzero(mask.any(0)).min())  # drop all-padding columns
+                    if first > 0:
+                        kv = [(k[..., first:, :], v[..., first:, :]) for k, v in kv]
+                        mask = mask[:, first:]
+                else:
+                    kv = None
+            if cache_path is not None and time.monotonic() - last_ckpt > cfg.checkpoint_s:
+                atomic_write_json(cache_path, done)
+                last_ckpt = time.monotonic()
+    if cache_path is not None:
+        atomic_write_json(cache_path, done)
+    out_map = {}
+    for p in prompts:
+        e = done[prompt_key(p)]
+        out_map[p] = {"lengths": e["lengths"][: cfg.n_samples], "censored": e["censored"][: cfg.n_samples]}
+    return out_map
