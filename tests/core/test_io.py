@@ -43,3 +43,12 @@ def test_nan_written_as_null(tmp_path):
 def test_read_mode_refused(tmp_path):
     with pytest.raises(ValueError, match="mode"), atomic_open(tmp_path / "x", "r"):
         pass
+
+
+def test_written_files_get_normal_permissions(tmp_path):
+    import os
+
+    p = atomic_write_text(tmp_path / "r.txt", "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (p.stat().st_mode & 0o777) == (0o666 & ~mask)
