@@ -113,6 +113,7 @@ CLAIMS: list[Claim] = [
         statement="Selecting the most useful and diverse examples of each batch beats "
         "online-selection baselines at every data budget.",
         paper_figure="best at every data budget; faster than full-data SFT",
+        run=lazy("icml26.uds.claim:run"),
         area=TRAINING,
     ),
     Claim(

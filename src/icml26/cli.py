@@ -31,6 +31,7 @@ METHOD_CLIS: dict[str, str] = {
     "lems": "icml26.lems.cli:app",
     "quartet2": "icml26.quartet2.cli:app",
     "tie": "icml26.tie.cli:app",
+    "uds": "icml26.uds.cli:app",
 }
 
 
