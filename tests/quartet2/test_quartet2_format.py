@@ -213,3 +213,10 @@ def test_bad_arguments():
         quantize_nvfp4(torch.randn(4, 16), mode="floor")
     with pytest.raises(UserError, match="rows divisible by 16"):
         quantize_nvfp4(torch.randn(4, 16), block=(16, 16))
+
+
+def test_subnormal_amax_does_not_divide_by_zero():
+    x = torch.zeros(1, 16)
+    x[0, -1] = 1.401298464324817e-45  # the smallest float32 subnormal: its tensor scale underflows
+    deq = fake_quant(x)
+    assert bool(torch.isfinite(deq).all()) and bool((deq * x >= 0).all())

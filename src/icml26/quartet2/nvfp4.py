@@ -205,10 +205,15 @@ def _from_groups(g: torch.Tensor, rows: int, cols: int, block: tuple[int, int]) 
 
 
 def tensor_scale(amax: torch.Tensor, scales_max: float, v_max: float) -> torch.Tensor:
-    """FP32 ``amax / (scales_max * v_max)``, or 1 when ``amax`` is 0."""
+    """FP32 ``amax / (scales_max * v_max)``, or 1 when that is 0.
+
+    A subnormal ``amax`` (below ~2.7e-42) underflows to a zero scale; the tensor then quantizes
+    to zeros with scale 1 instead of dividing by zero (found by hypothesis: all-zero block plus
+    one 1.4e-45).
+    """
     amax = amax.float()
     s = amax / (scales_max * v_max)
-    return torch.where(amax > 0, s, torch.ones_like(s))
+    return torch.where(s > 0, s, torch.ones_like(s))
 
 
 def block_scales_rtn(gmax: torch.Tensor, v_max: float, s_t: torch.Tensor) -> torch.Tensor:
