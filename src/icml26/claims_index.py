@@ -32,9 +32,10 @@ CLAIMS: list[Claim] = [
     Claim(
         name="oserve",
         paper="OServe: Accelerating LLM Serving via Spatial-Temporal Workload Orchestration",
-        statement="Heterogeneous deployment plans with LP routing and live switching serve mixed "
-        "workloads faster than static homogeneous vLLM replicas.",
+        statement="A heterogeneous deployment (per-replica TP/PP) with LP routing per request "
+        "type beats the best homogeneous deployment, more so as the request mix spreads.",
         paper_figure="1.5x average (up to 2x) over static vLLM; 1.14x -> 2.66x as mix CV rises",
+        run=lazy("icml26.oserve.claim:run"),
         area=SERVING,
     ),
     Claim(

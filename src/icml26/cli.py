@@ -29,6 +29,7 @@ from icml26.core.report import build_report, collect, headline_text
 METHOD_CLIS: dict[str, str] = {
     "atlas": "icml26.atlas.cli:app",
     "lems": "icml26.lems.cli:app",
+    "oserve": "icml26.oserve.cli:app",
     "quartet2": "icml26.quartet2.cli:app",
     "tie": "icml26.tie.cli:app",
     "uds": "icml26.uds.cli:app",

@@ -1,4 +1,4 @@
-"""The `tiny` claim runs end to end on the packaged SmolLM2 (last 4 blocks) with a verdict."""
+"""The `tiny` claim runs end to end on the packaged SmolLM2 (last 2 blocks) with a verdict."""
 
 import json
 

@@ -1,0 +1,261 @@
+"""Clusters, replica layouts and per-type processing rates ``n[k, j]`` (requests/s).
+
+A replica is ``tp x pp`` GPUs. Valid layouts (:func:`valid_configs`): ``tp`` divides the head
+count and fits in one node, each of the ``pp`` stages sits inside one node, and the weights fit
+with room for at least one request's KV. :class:`PipelineCost` makes pipeline parallelism honest
+in the simulator: one decode round of a batch runs ``pp`` micro-batches through ``pp`` stages, so
+per-token latency is ``pp`` stage times (PP does not cut latency; it only adds throughput).
+
+:func:`rate_table` is the offline profile the scheduler needs: for a replica and a request type
+with mean input ``I`` and output ``O`` tokens, the steady batch is
+``b = min(max_num_seqs, (1 - headroom) * KV / (I + O/2), budget / (1 + I/O))``; each iteration
+decodes ``b`` sequences and prefills the ``m = b/O`` requests that replace the finished ones (one
+chunk of ``m*I`` tokens when ``m >= 1``; else a fraction ``m`` of iterations carries one whole
+prompt, as chunked prefill does not split a prompt that fits the budget), so ``n = m / t_iter``,
+``t_iter`` the mean iteration time from the :mod:`icml26.sim` cost model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from icml26.core.errors import UserError
+from icml26.sim.cost import HardwareSpec, ModelSpec, RooflineCost
+
+__all__ = ["Cluster", "ReplicaConfig", "PipelineCost", "valid_configs", "place", "rate_table", "replica_cost",
+           "check_placement", "min_gpus", "ALLREDUCE_S",
+           "llama2_70b", "llama2_13b"]
+
+
+#: latency (s) of one small NCCL all-reduce over NVLink; the roofline prices only its bytes
+ALLREDUCE_S = 10e-6
+
+
+def llama2_70b() -> ModelSpec:
+    return ModelSpec("Llama-2-70B", 80, 8192, 64, 8, 28672, 32000)
+
+
+def llama2_13b() -> ModelSpec:
+    return ModelSpec("Llama-2-13B", 40, 5120, 40, 40, 13824, 32000)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``nodes x gpus_per_node`` copies of ``gpu``; NVLink and network bandwidth in GB/s."""
+
+    nodes: int
+    gpus_per_node: int
+    gpu: HardwareSpec
+    nvlink_GBps: float = 400.0
+    net_GBps: float = 50.0
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ValueError(f"nodes and gpus_per_node must be >= 1; got {self.nodes}, {self.gpus_per_node}")
+        if not (self.nvlink_GBps > 0 and self.net_GBps > 0):
+            raise ValueError("nvlink_GBps and net_GBps must be > 0")
+
+    @property
+    def n_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, gpu: int) -> int:
+        return gpu // self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """One engine: ``tp x pp`` GPUs, optionally placed on ``gpu_ids`` (stage-major order)."""
+
+    tp: int
+    pp: int = 1
+    gpu_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.pp < 1:
+            raise ValueError(f"tp and pp must be >= 1; got tp={self.tp}, pp={self.pp}")
+        if self.gpu_ids and len(self.gpu_ids) != self.tp * self.pp:
+            raise ValueError(f"replica tp={self.tp} pp={self.pp} needs {self.tp * self.pp} gpu_ids; "
+                             f"got {len(self.gpu_ids)}")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        return (self.tp, self.pp)
+
+    def __str__(self) -> str:
+        return f"tp{self.tp}pp{self.pp}"
+
+
+class PipelineCost:
+    """Iteration cost of a ``tp x pp`` replica with ``pp`` micro-batches in flight.
+
+    ``allreduce_s``: fixed latency of each of the 2 all-reduces per layer when ``tp > 1``
+    (default 10 us, NVLink); the sim's roofline charges only their bytes.
+
+    ``forward_time`` splits the batch round-robin into ``pp`` micro-batches; a round (every
+    sequence advances) takes ``max(sum of stage times, pp * largest stage time)`` (a
+    :class:`RooflineCost` with ``pp`` stages prices one stage): one sequence alone pays all ``pp``
+    stages. For ``pp = 1`` it equals the plain roofline. ``decode_run_time`` applies the same rule
+    to k-step sums (exact when the largest micro-batch stays the largest, as with round-robin).
+    """
+
+    def __init__(self, model: ModelSpec, hw: HardwareSpec, tp: int = 1, pp: int = 1,
+                 gpu_memory_utilization: float = 0.9, allreduce_s: float = ALLREDUCE_S):
+        if allreduce_s < 0:
+            raise ValueError(f"allreduce_s must be >= 0; got {allreduce_s}")
+        self.stage = RooflineCost(model, hw, tp, pp, gpu_memory_utilization)
+        self.pp = pp
+        # fixed latency of the 2 all-reduces per layer of one stage (the roofline has only bytes)
+        self.ar = 0.0 if tp == 1 else 2 * (model.n_layers / pp) * allreduce_s
+
+    def kv_capacity_tokens(self) -> int:
+        return self.stage.kv_capacity_tokens()
+
+    def _groups(self, n: int) -> list[np.ndarray]:
+        idx = np.arange(n)
+        return [g for g in (idx[i::self.pp] for i in range(self.pp)) if g.size]
+
+    def forward_time(self, new_tokens: Sequence[int], contexts: Sequence[int]) -> float:
+        if len(new_tokens) == 0:
+            return 0.0
+        if self.pp == 1:
+            return self.stage.forward_time(new_tokens, contexts) + self.ar
+        n, c = np.asarray(new_tokens), np.asarray(contexts)
+        return self._round([self.stage.forward_time(n[g], c[g]) + self.ar for g in self._groups(len(n))])
+
+    def _round(self, stage_times: list[float]) -> float:
+        # every micro-batch crosses all pp stages; stages work on different micro-batches at once
+        return max(sum(stage_times), self.pp * max(stage_times))
+
+    def decode_run_time(self, contexts: Sequence[int], k: int) -> float:
+        if k <= 0 or len(contexts) == 0:
+            return 0.0
+        if self.pp == 1:
+            return self.stage.decode_run_time(contexts, k) + k * self.ar
+        c = np.asarray(contexts)
+        return self._round([self.stage.decode_run_time(c[g], k) + k * self.ar for g in self._groups(len(c))])
+
+
+def _fits(model: ModelSpec, hw: HardwareSpec, g: int, mem_util: float) -> bool:
+    return hw.mem_bytes * g * mem_util - model.n_params * model.dtype_bytes > 4096 * model.kv_bytes_per_token
+
+
+def valid_configs(model: ModelSpec, cluster: Cluster, gpus: int | None = None,
+                  mem_util: float = 0.9) -> list[ReplicaConfig]:
+    """All ``(tp, pp)`` layouts (unplaced) that are valid for ``model`` on ``cluster``; only those
+    with ``tp * pp == gpus`` when given. ``tp`` divides the heads and fits a node; ``pp`` divides
+    the layers; the weights fit with room for 4096 KV tokens."""
+    out = []
+    for tp in range(1, cluster.gpus_per_node + 1):
+        if model.n_heads % tp:
+            continue
+        for pp in range(1, cluster.n_gpus // tp + 1):
+            if model.n_layers % pp or (gpus is not None and tp * pp != gpus):
+                continue
+            if tp * pp <= cluster.n_gpus and _fits(model, cluster.gpu, tp * pp, mem_util):
+                out.append(ReplicaConfig(tp, pp))
+    return out
+
+
+def min_gpus(model: ModelSpec, cluster: Cluster, mem_util: float = 0.9) -> int:
+    cfgs = valid_configs(model, cluster, mem_util=mem_util)
+    if not cfgs:
+        need = math.ceil(model.n_params * model.dtype_bytes / (cluster.gpu.mem_bytes * mem_util))
+        raise UserError(f"{model.name} fits no layout on {cluster.n_gpus} x {cluster.gpu.name}: "
+                        f"its weights alone need at least {need} GPUs")
+    return min(c.gpus for c in cfgs)
+
+
+def place(configs: Sequence[ReplicaConfig], cluster: Cluster) -> list[ReplicaConfig] | None:
+    """Give every replica GPU ids: each pipeline stage (``tp`` GPUs) inside one node, first-fit
+    decreasing by ``tp``. Returns ``None`` when the layouts do not fit. Order is preserved."""
+    free = [list(range(n * cluster.gpus_per_node, (n + 1) * cluster.gpus_per_node))
+            for n in range(cluster.nodes)]
+    ids: dict[int, list[int]] = {}
+    for i in sorted(range(len(configs)), key=lambda i: (-configs[i].tp, -configs[i].pp, i)):
+        c = configs[i]
+        got: list[int] = []
+        for _ in range(c.pp):
+            # the node with the least room that still fits a stage (keeps big holes for big tp)
+            nodes = [n for n in range(cluster.nodes) if len(free[n]) >= c.tp]
+            if not nodes:
+                return None
+            n = min(nodes, key=lambda n: (len(free[n]), n))
+            got += free[n][: c.tp]
+            free[n] = free[n][c.tp:]
+        ids[i] = got
+    return [ReplicaConfig(c.tp, c.pp, tuple(ids[i])) for i, c in enumerate(configs)]
+
+
+def check_placement(configs: Sequence[ReplicaConfig], cluster: Cluster, model: ModelSpec) -> None:
+    """Raise :class:`UserError` for duplicate / out-of-range GPU ids, a stage spanning nodes or a
+    ``tp`` that does not divide the heads."""
+    seen: set[int] = set()
+    for r, c in enumerate(configs):
+        if model.n_heads % c.tp:
+            raise UserError(f"replica {r}: tp={c.tp} does not divide {model.n_heads} attention heads")
+        if c.tp > cluster.gpus_per_node:
+            raise UserError(f"replica {r}: tp={c.tp} spans nodes ({cluster.gpus_per_node} GPUs per node)")
+        for g in c.gpu_ids:
+            if not 0 <= g < cluster.n_gpus:
+                raise UserError(f"replica {r}: GPU id {g} out of range [0, {cluster.n_gpus})")
+            if g in seen:
+                raise UserError(f"replica {r}: GPU id {g} used twice")
+            seen.add(g)
+        for s in range(c.pp):
+            stage = c.gpu_ids[s * c.tp:(s + 1) * c.tp]
+            if stage and len({cluster.node_of(g) for g in stage}) > 1:
+                raise UserError(f"replica {r}: pipeline stage {s} (GPUs {list(stage)}) spans nodes")
+
+
+def replica_cost(model: ModelSpec, cluster: Cluster, c: ReplicaConfig, mem_util: float = 0.9) -> PipelineCost:
+    return PipelineCost(model, cluster.gpu, c.tp, c.pp, mem_util)
+
+
+def rate_table(model: ModelSpec, cluster: Cluster, replicas: Sequence[ReplicaConfig],
+               type_lengths: np.ndarray, max_num_seqs: int = 256, headroom: float = 0.15,
+               max_num_batched_tokens: int = 8192,
+               mem_util: float = 0.9, cache: dict | None = None) -> np.ndarray:
+    """``n[k, j]`` float64 requests/s of replica ``k`` on type ``j`` alone.
+
+    ``type_lengths``: ``(K, 2)`` mean (input, output) tokens per type. ``headroom``: KV fraction
+    kept free (paper: 10-20%). ``cache``: optional dict memoising by layout.
+    """
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom must be in [0, 1); got {headroom}")
+    L = np.asarray(type_lengths, dtype=float)
+    out = np.zeros((len(replicas), len(L)))
+    for k, c in enumerate(replicas):
+        key = c.layout
+        if cache is not None and key in cache:
+            out[k] = cache[key]
+            continue
+        cost = replica_cost(model, cluster, c, mem_util)
+        kv = cost.kv_capacity_tokens() * (1 - headroom)
+        for j, (i_len, o_len) in enumerate(L):
+            ctx = i_len + o_len / 2
+            # steady state: b decoding sequences; each iteration finishes b/o_len requests and
+            # prefills as many new ones (b*i_len/o_len tokens, one chunk), all under the token budget
+            b = min(max_num_seqs, kv / max(ctx, 1.0), max_num_batched_tokens / (1 + i_len / o_len))
+            if b < 1 or kv < i_len + o_len:
+                continue  # this type does not fit: rate 0
+            bi, m = max(int(round(b)), 1), b / o_len  # m: prompts admitted per iteration
+            dec, dctx = [1] * bi, [int(ctx)] * bi
+            if m < 1:  # a fraction m of the iterations carries one whole prompt
+                t = m * cost.forward_time(dec + [int(i_len)], dctx + [0]) + (1 - m) * cost.forward_time(dec, dctx)
+            else:  # one chunk of m*i_len tokens whose attention work equals m prompts of i_len tokens
+                p = m * i_len
+                c0 = max(m * i_len * (i_len + 1) / 2 - p * (p + 1) / 2, 0.0) / p
+                t = cost.forward_time(dec + [int(round(p))], dctx + [int(c0)])
+            out[k, j] = (b / o_len) / t
+        if cache is not None:
+            cache[key] = out[k].copy()
+    return out
