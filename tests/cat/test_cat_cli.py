@@ -1,0 +1,63 @@
+"""``icml26 cat`` commands on a tiny saved model: quantize, reload, same logits; bad input."""
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from icml26.cat.cli import app
+from icml26.cat.model import load_quantized
+from icml26.core.lm import tiny_llama
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    model, tok = tiny_llama(hidden=64, layers=1, heads=4, kv_heads=2, ffn=128, seed=0)
+    model.save_pretrained(d / "model")
+    tok.save_pretrained(d / "model")
+    (d / "calib.txt").write_text("The quick brown fox jumps over the lazy dog. " * 80)
+    return d
+
+
+def test_quantize_reload_same_logits(tiny_dir, tmp_path):
+    out = tmp_path / "q"
+    args = [
+        "quantize",
+        "--model",
+        str(tiny_dir / "model"),
+        "--calib",
+        str(tiny_dir / "calib.txt"),
+        "--n-calib",
+        "4",
+        "--seq-len",
+        "128",
+        "--block",
+        "16",
+        "--dtype",
+        "float32",
+        "-o",
+        str(out),
+    ]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir / "model", dtype=torch.float32).eval()
+    ids = torch.randint(0, 250, (1, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        fp = base(input_ids=ids).logits
+        q = load_quantized(out, base)(input_ids=ids).logits
+    assert 0 < (q - fp).abs().max() < 10  # quantized, not broken
+    again = load_quantized(out, AutoModelForCausalLM.from_pretrained(tiny_dir / "model").eval())
+    with torch.no_grad():
+        torch.testing.assert_close(again(input_ids=ids).logits, q, rtol=0, atol=0)
+    res = runner.invoke(app, args)  # refuses to overwrite
+    assert res.exit_code != 0 and "--overwrite" in str(res.exception) + res.output
+
+
+def test_q4_1_small_groups_refused(tmp_path):
+    res = runner.invoke(app, ["quantize", "--w-group-size", "32", "-o", str(tmp_path / "x")])
+    assert res.exit_code != 0
+    assert "Q4_1" in str(res.exception) + res.output
