@@ -69,7 +69,7 @@ def test_report_has_index_rows_sections_and_embedded_images(tmp_path):
     by_name = {row[0]: row for row in parser.index_rows[1:]}
     assert "reproduced" in by_name["figclaim"]
     assert "error" in by_name["tie"]
-    assert "planned" in by_name["oserve"]
+    assert "planned" in by_name["later"]
     assert "not run" in by_name["smollm2-perplexity"]
     assert parser.sections == ["tie", "figclaim"]
     (img,) = parser.imgs
