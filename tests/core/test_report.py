@@ -58,7 +58,8 @@ def _with_figure(ctx):
 
 def test_report_has_index_rows_sections_and_embedded_images(tmp_path):
     claims = list(claims_index.CLAIMS) + [
-        Claim("figclaim", "Paper", "S", "F", run=_with_figure, area="test")
+        Claim("later", "Paper", "S", "F", area="test"),  # planned: no run yet
+        Claim("figclaim", "Paper", "S", "F", run=_with_figure, area="test"),
     ]
     run_claim(claims[-1], scale="tiny", out_root=tmp_path)
     run_claim(Claim("tie", "P", "S", "F", run=lambda c: 1 / 0), scale="tiny", out_root=tmp_path)
