@@ -28,6 +28,7 @@ from icml26.core.report import build_report, collect, headline_text
 # top-level --help) is used, since importing a method package pulls in numpy/torch.
 METHOD_CLIS: dict[str, str] = {
     "atlas": "icml26.atlas.cli:app",
+    "binarypc": "icml26.binarypc.cli:app",
     "cat": "icml26.cat.cli:app",
     "lems": "icml26.lems.cli:app",
     "oserve": "icml26.oserve.cli:app",

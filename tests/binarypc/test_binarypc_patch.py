@@ -1,0 +1,98 @@
+"""The HF patch: dense paths equal HF exactly, sparse decode equals the offline evaluation."""
+
+import pytest
+import torch
+
+from icml26.binarypc import BinaryPCConfig, apply_binarypc, remove_binarypc
+from icml26.binarypc.methods import make_method
+from icml26.binarypc.patch import capture_qkv, sparse_decode
+from icml26.binarypc.select import budget
+from icml26.core.lm import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def model():
+    m, _ = tiny_llama(64, 3, 4, 2, 128, 1024, vocab="bytes", seed=0)
+    return m.float().eval()
+
+
+def _decode(model, ids, n=4):
+    """Greedy decode; returns (n+1, B, vocab) last-position logits and the generated ids."""
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True)
+        cache, logs, toks = out.cache, [out.logits[:, -1]], []
+        for _ in range(n):
+            nxt = logs[-1].argmax(-1, keepdim=True)
+            toks.append(nxt)
+            out = model(input_ids=nxt, cache=cache, use_cache=True)
+            cache = out.cache
+            logs.append(out.logits[:, -1])
+    return torch.stack(logs), torch.cat(toks, 1)
+
+
+def test_dense_paths_equal_hf_exactly(model):
+    ids = torch.randint(0, 250, (2, 200), generator=torch.Generator().manual_seed(0))
+    ref, _ = _decode(model, ids)
+    for cfg in (
+        BinaryPCConfig(token_budget=10_000, dense_layers=()),
+        BinaryPCConfig(dense_layers=(0, 1, 2), token_budget=8),
+        BinaryPCConfig(min_context=10_000, dense_layers=(), token_budget=8),
+    ):
+        apply_binarypc(model, cfg)
+        try:
+            got, _ = _decode(model, ids)
+        finally:
+            remove_binarypc(model)
+        assert torch.equal(got, ref)
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_sparse_decode_matches_offline_evaluation(model):
+    """The patched step-by-step decode equals sparse_decode over the K/V of a dense forward."""
+    ids = torch.randint(0, 250, (1, 300), generator=torch.Generator().manual_seed(1))
+    cfg = BinaryPCConfig(token_budget=40, dense_layers=(0, 1))
+    apply_binarypc(model, cfg)
+    try:
+        logits, toks = _decode(model, ids, n=3)
+    finally:
+        remove_binarypc(model)
+    full = torch.cat([ids, toks], 1)
+    # layer 2 is the only sparse layer: replay its last decode step offline
+    apply_binarypc(model, cfg)
+    attn = model.model.layers[2].self_attn
+    seen = []
+    hook = attn.register_forward_hook(lambda mod, args, out: seen.append(out[0].detach()))
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True)
+            cache = out.cache
+            for t in range(3):
+                out = model(input_ids=toks[:, t : t + 1], cache=cache, use_cache=True)
+        meta, P = attn._bpc_state["meta"], attn._bpc_state["P"]
+    finally:
+        hook.remove()
+        remove_binarypc(model)
+    assert P == 300 and torch.equal(out.logits[:, -1], logits[-1])
+    # decode tokens are always among the selection
+    qkv, _ = capture_qkv(model, full)
+    q, k, v = qkv[2]
+    m = make_method(cfg)
+    o, idx = sparse_decode(
+        m, meta, P, q[:, :, -1], k, v, attn.scaling, budget(k.shape[2], token_budget=40)
+    )
+    # layers 0-1 are dense, so layer 2's q/k/v equal the dense forward's: same output
+    with torch.no_grad():
+        got = attn.o_proj(o.reshape(1, 1, -1))
+    assert torch.allclose(got, seen[-1], atol=1e-5)
+    assert {300, 301, 302} <= set(idx[0, 0].tolist()) and idx.shape[-1] == 40
+
+
+def test_bad_inputs(model):
+    with pytest.raises(ValueError, match="out of range"):
+        apply_binarypc(model, BinaryPCConfig(dense_layers=(7,)))
+    with pytest.raises(ValueError, match=r"\(3, 2, 64, 16\)"):
+        apply_binarypc(model, BinaryPCConfig(), directions=torch.zeros(3, 2, 64, 8))
+    with pytest.raises(ValueError, match="cannot patch Linear"):
+        apply_binarypc(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        capture_qkv(model, torch.zeros(1, 2000, dtype=torch.long))
