@@ -52,3 +52,19 @@ def test_written_files_get_normal_permissions(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert (p.stat().st_mode & 0o777) == (0o666 & ~mask)
+
+
+def test_atomic_dir_replaces_whole_folder_or_nothing(tmp_path):
+    from icml26.core.io import atomic_dir
+
+    out = tmp_path / "model"
+    with atomic_dir(out) as d:
+        (d / "a.txt").write_text("1")
+    with pytest.raises(RuntimeError), atomic_dir(out) as d:
+        (d / "b.txt").write_text("half")
+        raise RuntimeError("crash while writing")
+    assert sorted(p.name for p in out.iterdir()) == ["a.txt"]
+    with atomic_dir(out) as d:
+        (d / "c.txt").write_text("2")
+    assert sorted(p.name for p in out.iterdir()) == ["c.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]

@@ -11,12 +11,19 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
+__all__ = [
+    "atomic_open",
+    "atomic_dir",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_write_json",
+]
 
 
 @contextlib.contextmanager
@@ -41,6 +48,27 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Build a whole folder in a temporary sibling; on success it replaces ``path``.
+
+    Yields the temporary folder. If the ``with`` body raises, it is removed and ``path`` is left
+    as it was. An existing ``path`` is removed just before the final rename (callers that may
+    race hold a lock, as ``core.lm`` does for its model cache).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

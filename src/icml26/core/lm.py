@@ -18,14 +18,12 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from icml26.core.errors import UserError
-from icml26.core.io import atomic_write_json
+from icml26.core.io import atomic_dir, atomic_write_json
 
 __all__ = [
     "SMOLLM2_PACKAGE",
@@ -208,9 +206,7 @@ def _build_gguf_cache(gguf: Path, folder: Path) -> None:
     _offline()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
-    try:
+    with atomic_dir(folder) as tmp:
         try:
             tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             # Dequantize into float32 (the GGUF's block values are exact there); cast on load.
@@ -224,12 +220,6 @@ def _build_gguf_cache(gguf: Path, folder: Path) -> None:
         _save_dense(model, tmp)
         tok.save_pretrained(tmp)
         write_manifest(tmp, source=str(gguf), architecture=arch)
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _save_dense(model, folder: Path) -> None:

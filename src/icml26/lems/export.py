@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from icml26.core.errors import UserError
+from icml26.core.io import atomic_dir
 from icml26.lems.factorize import LayerFactors
 from icml26.lems.layers import low_rank_module, replace_module
 
@@ -115,9 +114,7 @@ def save_compressed(model, tokenizer, out: str | os.PathLike, *, overwrite: bool
 
     if not hasattr(transformers, base):
         raise UserError(f"{base} is not a transformers class; cannot write a portable folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    with atomic_dir(out) as tmp:
         model.config.rank_dict = dict(rank_dict)
         model.config.auto_map = {"AutoModelForCausalLM": f"modeling_lowrank.LowRank{base}"}
         if extra:
@@ -126,12 +123,6 @@ def save_compressed(model, tokenizer, out: str | os.PathLike, *, overwrite: bool
         (tmp / MODELING_FILE).write_text(_TEMPLATE.format(base=base), encoding="utf-8")
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from icml26.core.io import atomic_dir
 
 __all__ = ["VLLM_FLAGS", "SGLANG_FLAGS", "to_vllm", "to_sglang", "router_config", "write_plan_dir"]
 
@@ -64,9 +64,7 @@ def router_config(plan, types, lam, base_port: int = 8000, fallback_error: float
 def write_plan_dir(out: str | os.PathLike, plan, types, lam, model: str, meta: dict | None = None) -> Path:
     """plan.json, launch_vllm.sh, launch_sglang.sh and router.json, never half-written."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         (tmp / "plan.json").write_text(json.dumps({
             "replicas": [{"tp": r.tp, "pp": r.pp, "gpu_ids": list(r.gpu_ids)} for r in plan.replicas],
             "capacity_scale": plan.score, "x_req_s": plan.x.tolist(), "search_seconds": plan.seconds,
@@ -75,10 +73,4 @@ def write_plan_dir(out: str | os.PathLike, plan, types, lam, model: str, meta: d
             (tmp / name).write_text(text)
             (tmp / name).chmod(0o755)
         (tmp / "router.json").write_text(json.dumps(router_config(plan, types, lam), indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
