@@ -310,7 +310,7 @@ def report(
         typer.Option(help="Only records of this scale (default: the newest per claim)."),
     ] = None,
 ) -> None:
-    """Rebuild OUT/report.md and OUT/report.html from the JSON records."""
+    """Rebuild OUT/report.md and OUT/report.html from the JSON records (per claim: the largest scale run, newest first)."""
     md, page = build_report(claims_index.CLAIMS, out, scale.value if scale else None)
     console.print(f"wrote {md} and {page}")
 

@@ -83,7 +83,15 @@ def test_report_has_index_rows_sections_and_embedded_images(tmp_path):
     assert "| figclaim |" in text and "![curve](figclaim/tiny/curve.png)" in text
 
 
-def test_collect_skips_broken_json_and_prefers_newest(tmp_path):
+def test_collect_prefers_largest_scale_then_newest(tmp_path):
+    ok = Claim("c", "P", "S", "F", run=_with_figure)
+    run_claim(ok, scale="small", out_root=tmp_path)
+    run_claim(ok, scale="tiny", out_root=tmp_path)  # newer, but smaller
+    assert collect(tmp_path)["c"]["scale"] == "small"
+    assert collect(tmp_path, scale="tiny")["c"]["scale"] == "tiny"
+
+
+def test_collect_skips_broken_json(tmp_path):
     ok = Claim("c", "P", "S", "F", run=_with_figure)
     run_claim(ok, scale="tiny", out_root=tmp_path)
     (tmp_path / "c" / "small.json").write_text('{"name": "c", "verd')  # truncated by a crash

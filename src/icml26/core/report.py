@@ -26,7 +26,8 @@ _SCALE_ORDER = {"tiny": 0, "small": 1, "full": 2}
 
 
 def collect(out_root: str | os.PathLike, scale: str | None = None) -> dict[str, dict]:
-    """The newest readable record per claim name (of ``scale`` only, when given).
+    """One readable record per claim name: the largest scale run, the newest among equals
+    (or only records of ``scale``, when given).
 
     Unreadable JSON (e.g. from an older crash of a non-atomic writer) is skipped, not fatal.
     """
@@ -42,7 +43,7 @@ def collect(out_root: str | os.PathLike, scale: str | None = None) -> dict[str, 
         if not isinstance(record, dict) or "name" not in record or "verdict" not in record:
             continue
         name = record["name"]
-        key = (record.get("finished_at") or "", _SCALE_ORDER.get(record.get("scale"), -1))
+        key = (_SCALE_ORDER.get(record.get("scale"), -1), record.get("finished_at") or "")
         if name not in found or key > found[name]["_key"]:
             found[name] = {**record, "_key": key, "_path": str(path)}
     return found
