@@ -32,7 +32,7 @@ import numpy as np
 
 from icml26.core.errors import UserError
 
-__all__ = ["ModelSpec", "HardwareSpec", "RooflineCost", "LinearCost"]
+__all__ = ["ModelSpec", "HardwareSpec", "CostModel", "RooflineCost", "LinearCost"]
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,29 @@ class HardwareSpec:
         return cls("CPU-2core", 68e9, 20e9, 24e9, mfu=1.0, mbu=1.0, overhead_s=0.001)
 
 
-class RooflineCost:
+class CostModel:
+    """What the engine asks of a cost model: seconds for one forward over a batch.
+
+    Subclasses define :meth:`forward_time` and :meth:`decode_run_time`; an engine iteration
+    (chunked prefill plus one token per decoding sequence) is a forward with those shapes.
+    """
+
+    def forward_time(self, new_tokens: Sequence[int], contexts: Sequence[int]) -> float:
+        raise NotImplementedError
+
+    def decode_run_time(self, contexts: Sequence[int], k: int) -> float:
+        raise NotImplementedError
+
+    def iteration_time(self, prefill_chunks: Sequence[tuple[int, int]] = (),
+                       decode_contexts: Sequence[int] = ()) -> float:
+        """One engine step: ``prefill_chunks`` as (new tokens, tokens already cached) pairs,
+        plus one new token for each decoding sequence with the given context."""
+        new = [int(a) for a, _ in prefill_chunks] + [1] * len(decode_contexts)
+        ctx = [int(b) for _, b in prefill_chunks] + [int(c) for c in decode_contexts]
+        return self.forward_time(new, ctx)
+
+
+class RooflineCost(CostModel):
     """Roofline iteration times of ``model`` on ``tp x pp`` copies of ``hw``.
 
     Tensor parallelism divides FLOPs and bytes by ``tp`` and adds two all-reduces of the batch's
@@ -197,12 +219,6 @@ class RooflineCost:
         comp, mem = self._parts(n.sum(), float((n * c + n * (n + 1) / 2).sum()), float((c + n).sum()))
         return max(comp, mem) + self.hw.overhead_s + self._comm_per_token * n.sum()
 
-    def iteration_time(self, prefill_chunks: Sequence[tuple[int, int]] = (),
-                       decode_contexts: Sequence[int] = ()) -> float:
-        new = [int(a) for a, _ in prefill_chunks] + [1] * len(decode_contexts)
-        ctx = [int(b) for _, b in prefill_chunks] + [int(c) for c in decode_contexts]
-        return self.forward_time(new, ctx)
-
     def decode_run_time(self, contexts: Sequence[int], k: int) -> float:
         """Exact sum of ``k`` decode iterations, contexts growing by 1 each (closed form)."""
         if k <= 0 or len(contexts) == 0:
@@ -231,7 +247,7 @@ def _sum_max_affine(a0: float, da: float, b0: float, db: float, k: int) -> float
 
 
 @dataclass(frozen=True)
-class LinearCost:
+class LinearCost(CostModel):
     """``t = a + b_new * sum(new) + b_seq * n_seqs + c_ctx * sum(context + new)`` seconds."""
 
     a: float
@@ -250,12 +266,6 @@ class LinearCost:
             return 0.0
         n, c = float(np.sum(new_tokens)), float(np.sum(contexts))
         return self.a + self.b_new * n + self.b_seq * len(new_tokens) + self.c_ctx * (c + n)
-
-    def iteration_time(self, prefill_chunks: Sequence[tuple[int, int]] = (),
-                       decode_contexts: Sequence[int] = ()) -> float:
-        new = [int(a) for a, _ in prefill_chunks] + [1] * len(decode_contexts)
-        ctx = [int(b) for _, b in prefill_chunks] + [int(c) for c in decode_contexts]
-        return self.forward_time(new, ctx)
 
     def decode_run_time(self, contexts: Sequence[int], k: int) -> float:
         if k <= 0 or len(contexts) == 0:
