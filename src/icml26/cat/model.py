@@ -28,6 +28,7 @@ from icml26.cat.transforms import (
     hadamard_transform,
     smoothquant_transform,
 )
+from icml26.core.hooks import forward_with_pre_hooks
 
 __all__ = [
     "InputGroup",
@@ -119,15 +120,8 @@ def collect_covariances(
 
         return f
 
-    handles = [mods[g.names[0]].register_forward_pre_hook(hook(i)) for i, g in enumerate(groups)]
-    device = next(model.parameters()).device
-    try:
-        it = batches if progress is None else progress.track(batches, len(batches), "calibrate")
-        for b in it:
-            model(input_ids=b.to(device))
-    finally:
-        for h in handles:
-            h.remove()
+    forward_with_pre_hooks(model, batches, {mods[g.names[0]]: hook(i) for i, g in enumerate(groups)},
+                           progress=progress, description="calibrate")
     for i, g in enumerate(groups):
         g.sigma, g.absmax, g.n_tokens = sums[i] / counts[i], amax[i], counts[i]
     return groups
@@ -319,16 +313,8 @@ def layer_sqnr(
 
         return f
 
-    handles = [m.register_forward_pre_hook(hook(n)) for n, m in linears.items()]
-    device = next(model.parameters()).device
-    batches = list(batches)
-    try:
-        it = batches if progress is None else progress.track(batches, len(batches), "layer SQNR")
-        for b in it:
-            model(input_ids=b.to(device))
-    finally:
-        for h in handles:
-            h.remove()
+    forward_with_pre_hooks(model, batches, {m: hook(n) for n, m in linears.items()},
+                           progress=progress, description="layer SQNR")
     return [{"layer": n, "arm": arm, **s.terms()} for (arm, n), s in stats.items()]
 
 
