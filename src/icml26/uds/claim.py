@@ -53,44 +53,21 @@ class Scale:
 
 def scale_for(ctx: RunContext) -> Scale:
     tiny = Scale(
-        64,
-        2,
-        4,
-        PoolConfig(n_train=192, n_test=60, families=("add", "sub", "mul")),
-        32,
-        8,
-        2,
-        (0.25,),
-        0.25,
-        2,
-        (3e-3,),
-    )
+        hidden=64, layers=2, heads=4,
+        pool=PoolConfig(n_train=192, n_test=60, families=("add", "sub", "mul")),
+        max_len=32, candidates=8, epochs=2, budgets=(0.25,), ablation_budget=0.25, seeds=2,
+        lrs=(3e-3,),
+    )  # fmt: skip
     small = Scale(
-        128,
-        4,
-        4,
-        PoolConfig(n_train=2048, n_test=300, n_val=200),
-        32,
-        32,
-        3,
-        (0.25, 0.125),
-        0.25,
-        2,
-        (1e-3, 3e-3, 1e-2),
-    )
+        hidden=128, layers=4, heads=4, pool=PoolConfig(n_train=2048, n_test=300, n_val=200),
+        max_len=32, candidates=32, epochs=3, budgets=(0.25, 0.125), ablation_budget=0.25,
+        seeds=2, lrs=(1e-3, 3e-3, 1e-2),
+    )  # fmt: skip
     full = Scale(
-        256,
-        6,
-        8,
-        PoolConfig(n_train=16384, n_test=400, n_val=200),
-        48,
-        64,
-        3,
-        (0.25, 0.125),
-        0.25,
-        3,
-        (3e-4, 1e-3, 3e-3),
-    )
+        hidden=256, layers=6, heads=8, pool=PoolConfig(n_train=16384, n_test=400, n_val=200),
+        max_len=48, candidates=64, epochs=3, budgets=(0.25, 0.125), ablation_budget=0.25,
+        seeds=3, lrs=(3e-4, 1e-3, 3e-3),
+    )  # fmt: skip
     model = ctx.options.get("model")
     if (
         model
