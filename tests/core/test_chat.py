@@ -1,0 +1,109 @@
+"""core.chat: stub, OpenAI-compatible client against a local server, local HF chat."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from icml26.core.chat import ChatModel, LocalChat, OpenAIChat, StubChat, get_chat
+from icml26.core.errors import UserError
+
+MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
+
+
+def test_stub_records_and_stops():
+    stub = StubChat(lambda m: "four. STOP more")
+    assert isinstance(stub, ChatModel)
+    assert stub.chat(MSGS, stop=["STOP"]) == "four. "
+    assert stub.calls == [MSGS]
+    assert get_chat("stub:echo").chat(MSGS) == "2+2?"
+
+
+@pytest.mark.parametrize("bad", [[], "hi", [{"role": "bot", "content": "x"}],
+                                 [{"role": "user", "content": 3}]])
+def test_bad_messages(bad):
+    with pytest.raises(UserError, match="messages"):
+        StubChat(lambda m: "").chat(bad)
+
+
+@pytest.mark.parametrize("spec", ["gpt", "http://x/v1", "ftp://x#m"])
+def test_bad_specs(spec):
+    with pytest.raises(UserError):
+        get_chat(spec)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    seen: list = []
+    status = 200
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append((self.path, self.headers.get("Authorization"), body))
+        if type(self).status != 200:
+            self.send_response(type(self).status)
+            self.end_headers()
+            self.wfile.write(b"overloaded")
+            return
+        reply = {"choices": [{"message": {"role": "assistant",
+                                          "content": "n=" + str(len(body["messages"]))}}]}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def server():
+    _Handler.seen, _Handler.status = [], 200
+    srv = HTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_port}/v1"
+    srv.shutdown()
+
+
+def test_openai_client_round_trip(server):
+    chat = get_chat(server + "#tiny-model")
+    assert isinstance(chat, OpenAIChat)
+    chat.api_key = "sk-test"
+    assert chat.chat(MSGS, max_new_tokens=7, temperature=0.5, seed=3, stop=["\n"]) == "n=2"
+    path, auth, body = _Handler.seen[0]
+    assert path == "/v1/chat/completions" and auth == "Bearer sk-test"
+    assert body == {"model": "tiny-model", "messages": MSGS, "max_tokens": 7,
+                    "temperature": 0.5, "seed": 3, "stop": ["\n"]}
+
+
+def test_openai_client_errors(server):
+    _Handler.status = 503
+    with pytest.raises(UserError, match="HTTP 503"):
+        OpenAIChat(server, "m").chat(MSGS)
+    with pytest.raises(UserError, match="cannot reach"):
+        OpenAIChat("http://127.0.0.1:9/v1", "m", timeout=2).chat(MSGS)
+
+
+def test_local_chat_is_greedy_decoding():
+    import torch
+
+    chat = LocalChat(dtype="float32")
+    out = chat.chat(MSGS, max_new_tokens=6)
+    ids = chat.prompt_ids(MSGS)
+    with torch.inference_mode():
+        for _ in range(6):
+            nxt = chat.model(ids).logits[0, -1].argmax()
+            ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
+            if nxt.item() == chat.tokenizer.eos_token_id:
+                break
+    n = chat.prompt_ids(MSGS).shape[1]
+    assert out == chat.tokenizer.decode(ids[0, n:], skip_special_tokens=True)
+    assert out.strip()
+    a = chat.chat(MSGS, max_new_tokens=8, temperature=1.0, seed=5)
+    b = chat.chat(MSGS, max_new_tokens=8, temperature=1.0, seed=5)
+    assert a == b
