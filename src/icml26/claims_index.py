@@ -2,12 +2,14 @@
 
 A literal list, no import-time registration: reading it imports nothing heavy, so ``icml26 list``
 stays fast. A claim whose method has not landed has ``run=None`` and shows as "planned"; when a
-method lands, its entry gets ``run=lazy("icml26.NAME.claim:run")``.
+method lands, its entry gets ``run=lazy("icml26.NAME.claim:run")``. ``resources`` says what a
+``full`` run needs on one cluster node (tiny and small use the defaults, 1 and 2 CPUs); see
+docs/scale.md.
 """
 
 from __future__ import annotations
 
-from icml26.core.claims import Claim, lazy
+from icml26.core.claims import Claim, Resources, lazy
 
 SERVING, COMPRESSION, TRAINING, EVALUATION, INTERP, APPS, HEALTH = (
     "serving",
@@ -28,6 +30,7 @@ CLAIMS: list[Claim] = [
         paper_figure="2.31x lower mean per-token latency than LTR",
         run=lazy("icml26.tie.claim:run"),
         area=SERVING,
+        resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
     ),
     Claim(
         name="oserve",
@@ -37,6 +40,7 @@ CLAIMS: list[Claim] = [
         paper_figure="1.5x average (up to 2x) over static vLLM; 1.14x -> 2.66x as mix CV rises",
         run=lazy("icml26.oserve.claim:run"),
         area=SERVING,
+        resources={"full": Resources(cpus=8, memory_gb=16)},
     ),
     Claim(
         name="echo",
@@ -45,6 +49,7 @@ CLAIMS: list[Claim] = [
         "decoding profitable under high concurrency.",
         paper_figure="up to 5.35x over AR; +14.4% over EAGLE-3 at batch 256",
         area=SERVING,
+        resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
     ),
     Claim(
         name="binarypc",
@@ -54,6 +59,7 @@ CLAIMS: list[Claim] = [
         paper_figure="accuracy near full attention; 3.56x decode throughput over FlashAttention",
         run=lazy("icml26.binarypc.claim:run"),
         area=SERVING,
+        resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
     ),
     Claim(
         name="restore",
@@ -63,6 +69,7 @@ CLAIMS: list[Claim] = [
         "raises the accuracy kept by visual token reduction.",
         paper_figure="LLaVA-1.5-7B at 64/576 tokens: 92.2% -> 96.5% of full accuracy",
         area=SERVING,
+        resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
     ),
     Claim(
         name="lems",
@@ -73,6 +80,7 @@ CLAIMS: list[Claim] = [
         "SVD-LLM's ppl",
         run=lazy("icml26.lems.claim:run"),
         area=COMPRESSION,
+        resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
     ),
     Claim(
         name="cat",
@@ -82,6 +90,7 @@ CLAIMS: list[Claim] = [
         paper_figure="matches or beats QuaRot, SpinQuant and FlatQuant at 4 bits",
         run=lazy("icml26.cat.claim:run"),
         area=COMPRESSION,
+        resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
     ),
     Claim(
         name="quartet2",
@@ -92,6 +101,7 @@ CLAIMS: list[Claim] = [
         paper_figure=">2x lower error than SR; loss gap to BF16 ~20-25% smaller than NVIDIA's recipe",
         run=lazy("icml26.quartet2.claim:run"),
         area=TRAINING,
+        resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
     ),
     Claim(
         name="sso",
@@ -101,6 +111,7 @@ CLAIMS: list[Claim] = [
         paper_figure="AdamW's final loss in 19% fewer steps (Muon: 12%) at 1.7B",
         run=lazy("icml26.sso.claim:run"),
         area=TRAINING,
+        resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
     ),
     Claim(
         name="quatro",
@@ -109,6 +120,7 @@ CLAIMS: list[Claim] = [
         "stable and improve pass@k.",
         paper_figure="higher pass@k on six math benchmarks; stable entropy under staleness",
         area=TRAINING,
+        resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
     ),
     Claim(
         name="uds",
@@ -118,6 +130,7 @@ CLAIMS: list[Claim] = [
         paper_figure="best at every data budget; faster than full-data SFT",
         run=lazy("icml26.uds.claim:run"),
         area=TRAINING,
+        resources={"full": Resources(cpus=16, gpus=1, memory_gb=80)},
     ),
     Claim(
         name="atlas",
@@ -128,6 +141,7 @@ CLAIMS: list[Claim] = [
         paper_figure="HellaSwag ability with 41 of 5,600 items (MAE 0.157)",
         run=lazy("icml26.atlas.claim:run"),
         area=EVALUATION,
+        resources={"full": Resources(cpus=8, memory_gb=32)},
     ),
     Claim(
         name="algosteer",
@@ -137,6 +151,7 @@ CLAIMS: list[Claim] = [
         "programs that pass the same tests.",
         paper_figure="shifts up to 100 pp; semantic cues 67.2 pp vs innocuous 26.1 pp",
         area=EVALUATION,
+        resources={"full": Resources(cpus=16, gpus=1, memory_gb=48)},
     ),
     Claim(
         name="deepcommit",
@@ -145,6 +160,7 @@ CLAIMS: list[Claim] = [
         "codebase through a milestone DAG.",
         paper_figure="> 80% isolated vs <= 38% continuous (resolve rate <= 13.37%)",
         area=EVALUATION,
+        resources={"full": Resources(cpus=16, memory_gb=32)},
     ),
     Claim(
         name="corrsteer",
@@ -153,6 +169,7 @@ CLAIMS: list[Claim] = [
         "reward improves task accuracy with few side effects.",
         paper_figure="+3.3% MMLU (Gemma-2 2B); +27.1% HarmBench",
         area=INTERP,
+        resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
     ),
     Claim(
         name="cclrec",
@@ -161,6 +178,7 @@ CLAIMS: list[Claim] = [
         "beats LLM-enhanced graph recommenders.",
         paper_figure="beats the state of the art on Netflix and ML-1M (no numbers published)",
         area=APPS,
+        resources={"full": Resources(cpus=8, gpus=1, memory_gb=32)},
     ),
     Claim(
         name="chemcensor",
@@ -169,6 +187,7 @@ CLAIMS: list[Claim] = [
         statement="Chemical plausibility levels agree with chemists better than exact-match Top-K.",
         paper_figure="plausibility matches chemists better than Top-K (no numbers published)",
         area=APPS,
+        resources={"full": Resources(cpus=16, memory_gb=64)},
     ),
     Claim(
         name="skillpro",
@@ -177,6 +196,7 @@ CLAIMS: list[Claim] = [
         "without weight updates.",
         paper_figure="skill reuse 92.5% on Mastermind-v0; returns 0.463 / 0.333 (Hard / Extreme)",
         area=APPS,
+        resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
     ),
     Claim(
         name="cyberpal",
@@ -185,6 +205,7 @@ CLAIMS: list[Claim] = [
         "mapping and CTI questions.",
         paper_figure="small models rival larger ones on cybersecurity benchmarks",
         area=APPS,
+        resources={"full": Resources(cpus=32, gpus=8, memory_gb=640)},
     ),
     Claim(
         name="smollm2-perplexity",
@@ -194,6 +215,7 @@ CLAIMS: list[Claim] = [
         paper_figure="unigram ppl / model ppl > 5",
         run=lazy("icml26.core.sanity:run"),
         area=HEALTH,
+        resources={"full": Resources(cpus=2)},
     ),
 ]
 

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 from rich.table import Table
 
 from icml26 import claims_index
-from icml26.core.claims import Progress, run_claim
+from icml26.core.claims import Progress
 from icml26.core.errors import UserError
 from icml26.core.report import build_report, collect, headline_text
 
@@ -146,6 +146,9 @@ def show(
     out_console.print(f"paper:    {claim.paper}")
     out_console.print(f"claim:    {claim.statement}")
     out_console.print(f"reported: {claim.paper_figure}")
+    out_console.print(
+        "needs:    " + "; ".join(f"{sc} {claim.resources_for(sc)}" for sc in ("tiny", "small", "full"))
+    )
     status = _status(claim, r)
     out_console.print(f"status:   [{_STYLE[status]}]{status}[/]")
     if r is None:
@@ -228,6 +231,25 @@ def reproduce(
     ] = None,
     out: OutOption = Path("results"),
     report: Annotated[bool, typer.Option(help="Rebuild the report afterwards.")] = True,
+    jobs: Annotated[
+        str | None,
+        typer.Option(
+            "--jobs",
+            help="Where claims run: omit for this process; N for N local processes; 'ray' for a "
+            "local Ray; 'ray://HOST:PORT' for a Ray cluster (pip install 'icml26[ray]').",
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Skip claims whose record for this scale, seed and code version exists "
+            "(errored records are run again).",
+        ),
+    ] = False,
+    retries: Annotated[
+        int, typer.Option(help="Retries of a task whose worker died (not of a claim that raised).")
+    ] = 2,
 ) -> None:
     """Run claims, write OUT/NAME/SCALE.json and figures, then rebuild the report."""
     names = names or []
@@ -245,6 +267,18 @@ def reproduce(
             f"{', '.join(planned)}: planned, the method has not landed yet", param_hint="NAME"
         )
     options = _parse_opts(opt or [])
+    from icml26.core.jobs import Job, parse_jobs
+
+    with _user_errors():
+        backend = parse_jobs(jobs, max_retries=retries)
+    if resume:
+        claims, skipped = _resumable(claims, out, scale.value, seed)
+        for name in skipped:
+            console.print(f"{name}: [dim]kept[/] (same scale, seed and code version)")
+    job_list = [
+        Job(c.name, scale.value, seed, device, tuple(sorted(options.items())), str(out))
+        for c in claims
+    ]
     _quiet_libraries()
     from rich.progress import (
         BarColumn,
@@ -269,26 +303,22 @@ def reproduce(
                 transient=False,
             ) as bar,
         ):
-            overall = bar.add_task(f"claims ({scale.value})", total=len(claims))
-            for claim in claims:
-                bar.update(overall, description=f"{claim.name} ({scale.value})")
-                record = run_claim(
-                    claim,
-                    scale=scale.value,
-                    seed=seed,
-                    device=device,
-                    out_root=out,
-                    progress=RichProgress(bar),
-                    options=options,
-                )
+            overall = bar.add_task(f"claims ({scale.value})", total=len(job_list))
+            where = "" if not backend.parallel else f" on {jobs}"
+            bar.update(overall, description=f"{len(job_list)} claim(s), {scale.value}{where}")
+
+            def done(job, record) -> None:
+                nonlocal errored
                 bar.advance(overall)
                 verdict = record["verdict"]
-                line = f"{claim.name}: [{_STYLE[verdict]}]{verdict}[/] — {headline_text(record)}"
+                line = f"{job.name}: [{_STYLE[verdict]}]{verdict}[/] — {headline_text(record)}"
                 line += f" ({record['wall_time_s']:.1f} s)"
                 if record.get("error"):
                     errored = True
                     line += f"\n  [red]{record['error']['type']}: {record['error']['message']}[/]"
                 bar.console.print(line)
+
+            backend.run(job_list, done, progress=RichProgress(bar))
     except KeyboardInterrupt:
         console.print(
             "[yellow]interrupted:[/] finished claims are saved; the interrupted one "
@@ -313,6 +343,25 @@ def report(
     """Rebuild OUT/report.md and OUT/report.html from the JSON records (per claim: the largest scale run, newest first)."""
     md, page = build_report(claims_index.CLAIMS, out, scale.value if scale else None)
     console.print(f"wrote {md} and {page}")
+
+
+def _resumable(claims, out: Path, scale: str, seed: int):
+    """Split claims into (to run, kept): kept = a record of this scale, seed and code version."""
+    from icml26.core.claims import code_version, load_record, result_path
+
+    mine, run, kept = code_version(), [], []
+    for c in claims:
+        path = result_path(out, c.name, scale)
+        try:
+            r = load_record(path)
+        except (OSError, ValueError):
+            run.append(c)
+            continue
+        if r.get("seed") == seed and r.get("code_version") == mine and r.get("verdict") != "error":
+            kept.append(c.name)
+        else:
+            run.append(c)
+    return run, kept
 
 
 def _quiet_libraries() -> None:

@@ -46,6 +46,8 @@ __all__ = [
     "run_claim",
     "result_path",
     "load_record",
+    "Resources",
+    "code_version",
 ]
 
 SCALES = ("tiny", "small", "full")
@@ -139,6 +141,39 @@ class RunContext:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What one run of a claim needs on a node: CPU cores, GPUs and memory (GB).
+
+    The Ray backend turns these into task options; the local backend gives each worker
+    ``cpus`` threads at most. A GPU request fails up front on a cluster without GPUs.
+    """
+
+    cpus: float = 1
+    gpus: float = 0
+    memory_gb: float = 0
+
+    def __post_init__(self) -> None:
+        if not self.cpus > 0 or self.gpus < 0 or self.memory_gb < 0:
+            raise ValueError(f"Resources need cpus > 0, gpus >= 0, memory_gb >= 0; got {self}")
+
+    def __str__(self) -> str:
+        parts = [f"{self.cpus:g} CPU"]
+        if self.gpus:
+            parts.append(f"{self.gpus:g} GPU")
+        if self.memory_gb:
+            parts.append(f"{self.memory_gb:g} GB")
+        return ", ".join(parts)
+
+
+#: Per-scale defaults; a claim overrides any of them (``full`` usually needs a GPU).
+DEFAULT_RESOURCES = {
+    "tiny": Resources(cpus=1),
+    "small": Resources(cpus=2),
+    "full": Resources(cpus=8, gpus=1, memory_gb=64),
+}
+
+
+@dataclass(frozen=True)
 class Claim:
     """A paper's headline claim and how to reproduce it in miniature.
 
@@ -152,10 +187,34 @@ class Claim:
     paper_figure: str
     run: Callable[[RunContext], Result] | None = None
     area: str = ""
+    resources: Mapping[str, Resources] = field(default_factory=dict)
 
     @property
     def planned(self) -> bool:
         return self.run is None
+
+    def resources_for(self, scale: str) -> Resources:
+        """The resources one run at ``scale`` declares (the claim's own, else the default)."""
+        return self.resources.get(scale, DEFAULT_RESOURCES[scale])
+
+    def module(self):
+        """The module holding a lazy ``run`` (where optional ``units``/``combine`` live)."""
+        target = getattr(self.run, "target", None)
+        if target is None:
+            return sys.modules.get(getattr(self.run, "__module__", ""), None)
+        return importlib.import_module(target.partition(":")[0])
+
+    def unit_functions(self):
+        """``(units, run_unit, combine)`` when the claim splits into independent units, else None.
+
+        A claim module may define ``units(ctx) -> list[RunContext]`` (e.g. one per seed, each with
+        its own ``out_dir``), ``run_unit(ctx) -> Result`` and ``combine(ctx, results) -> Result``;
+        a parallel runner then runs the units in any order, on any worker, and combines them on
+        the driver. Its ``run`` must equal ``combine(ctx, [run_unit(u) for u in units(ctx)])``.
+        """
+        module = self.module() if self.run is not None else None
+        fns = tuple(getattr(module, f, None) for f in ("units", "run_unit", "combine"))
+        return fns if all(callable(f) for f in fns) else None
 
 
 def lazy(target: str) -> Callable[[RunContext], Result]:
@@ -266,6 +325,19 @@ def environment(device: str, threads: int) -> dict[str, Any]:
     return env
 
 
+def code_version() -> str:
+    """``VERSION+COMMIT`` of the running icml26 (the commit when run from a git checkout).
+
+    Workers compare theirs with the driver's; ``--resume`` only reuses records of the same one.
+    """
+    try:
+        version = importlib.metadata.version("icml26")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source tree on sys.path
+        version = "0+unknown"
+    commit = _git_commit()
+    return f"{version}+{commit[:12]}" if commit else version
+
+
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(
@@ -290,12 +362,17 @@ def run_claim(
     progress: Progress | None = None,
     options: Mapping[str, str] | None = None,
     threads: int | None = None,
+    map_units: Callable[[Claim, list[RunContext]], list[Result]] | None = None,
 ) -> dict:
     """Run one claim and write its record to ``out_root/NAME/SCALE.json``; return the record.
 
     An exception inside the claim becomes verdict ``error`` with the traceback in the record (the
     caller goes on to the next claim). ``KeyboardInterrupt`` is not caught: nothing is written
     for the interrupted claim, and earlier records stay intact.
+
+    ``map_units`` (given by a parallel job backend): when the claim defines ``units``/``combine``
+    (see :meth:`Claim.unit_functions`), its units are run through ``map_units`` and combined here;
+    otherwise, and always without ``map_units``, the claim runs whole.
     """
     if claim.run is None:
         raise UserError(f"claim {claim.name!r} is planned: its method has not landed yet")
@@ -325,9 +402,17 @@ def run_claim(
         "seed": seed,
         "options": dict(ctx.options),
         "started_at": started.isoformat(timespec="seconds"),
+        "code_version": code_version(),
     }
     try:
-        result = claim.run(ctx)
+        fns = claim.unit_functions() if map_units is not None else None
+        if fns is None:
+            result = claim.run(ctx)
+        else:
+            units, _, combine = fns
+            unit_ctxs = list(units(ctx))
+            record["units"] = len(unit_ctxs)
+            result = combine(ctx, list(map_units(claim, unit_ctxs)))
         if not isinstance(result, Result):
             raise TypeError(f"claim {claim.name!r} returned {type(result).__name__}, not Result")
         verdict = decide(result.headline, result.target)
