@@ -37,3 +37,22 @@ def test_changed_config_ignores_old_units(tmp_path):
 def test_corrupt_memo_is_ignored(tmp_path):
     (tmp_path / "m.json").write_text('{"config": {}, "units": {"a": ')
     assert len(Memo(tmp_path / "m.json")) == 0
+
+
+def test_source_fingerprint_tracks_file_contents(tmp_path, monkeypatch):
+    import sys
+
+    from icml26.core.checkpoint import source_fingerprint
+
+    pkg = tmp_path / "fp_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = source_fingerprint("fp_pkg")
+    assert source_fingerprint("fp_pkg") == first and len(first) == 16
+    (pkg / "a.py").write_text("x = 2\n")
+    assert source_fingerprint("fp_pkg") != first
+    sys.modules.pop("fp_pkg", None)
+    with pytest.raises(ValueError, match="no module"):
+        source_fingerprint("no_such_pkg_xyz")

@@ -20,7 +20,30 @@ from typing import Any
 
 from icml26.core.io import atomic_write_json
 
-__all__ = ["Memo"]
+__all__ = ["Memo", "source_fingerprint"]
+
+
+def source_fingerprint(*packages: str) -> str:
+    """SHA-256 (16 hex digits) of the ``.py`` files of the named packages/modules.
+
+    Put it in a cache key or a ``Memo`` config so that results computed by older code are not
+    reused after the code changed (a git commit would miss uncommitted edits and would also
+    invalidate caches on unrelated commits).
+    """
+    import hashlib
+    import importlib.util
+
+    digest = hashlib.sha256()
+    for name in sorted(packages):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise ValueError(f"source_fingerprint: no module named {name!r}")
+        root = Path(spec.origin)
+        files = sorted(root.parent.rglob("*.py")) if root.name == "__init__.py" else [root]
+        for f in files:
+            digest.update(f.relative_to(root.parent).as_posix().encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 class Memo:

@@ -26,6 +26,7 @@ import torch
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
+from icml26.core.checkpoint import source_fingerprint
 from icml26.core.lm import cache_root, tiny_llama
 from icml26.uds.data import FAMILIES, PoolConfig, make_pool, make_val
 from icml26.uds.loop import TrainConfig, encode, evaluate, train_online
@@ -33,6 +34,9 @@ from icml26.uds.selectors import UDSSelector, make_selector
 
 BASELINES = ("random", "maxloss", "gradnorm")
 CACHE_VERSION = 2
+# The code that produced a cached run is part of its key: edits to the method (or to the core
+# pieces it trains with) never reuse stale runs.
+_CODE = source_fingerprint("icml26.uds", "icml26.core.lm", "icml26.core.text")
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,7 @@ def _run_arm(
     use_cache: bool,
 ) -> dict:
     key = json.dumps(
-        [CACHE_VERSION, asdict(sc), arm, budget, seed, lr, alpha, split],
+        [CACHE_VERSION, _CODE, asdict(sc), arm, budget, seed, lr, alpha, split],
         sort_keys=True,
         default=str,
     )
