@@ -33,7 +33,7 @@ from icml26.sim import (
 from icml26.sim.engine import Seq
 from icml26.sim.trace import synthetic_trace
 from icml26.tie.queue import QueueConfig, TIEQueue
-from icml26.tie.score import tie_score, tie_score_mc
+from icml26.tie.score import ScoreTable, tie_score, tie_score_mc
 
 
 def bench_sim(n_fast: int, n_slow: int) -> dict:
@@ -64,8 +64,17 @@ def bench_score(n: int, n_mc: int) -> dict:
     mc = np.array([tie_score_mc(mu[i], sg[i], 64, rng=rng) for i in range(n_mc)])
     mc_us = (time.perf_counter() - t) / n_mc * 1e6
     rho = float(stats.spearmanr(exact[:n_mc], mc).statistic)
+    t = time.perf_counter()
+    table = ScoreTable()
+    table_build_s = time.perf_counter() - t
+    t = time.perf_counter()
+    fast = table(mu, sg, 64)
+    table_us = (time.perf_counter() - t) / n * 1e6
     return {"quadrature_batched_us": batch_us, "quadrature_single_us": single_us, "mc10k_us": mc_us,
-            "speedup_batched": mc_us / batch_us, "speedup_single": mc_us / single_us, "spearman_vs_mc": rho}
+            "speedup_batched": mc_us / batch_us, "speedup_single": mc_us / single_us, "spearman_vs_mc": rho,
+            "table_batched_us": table_us, "table_build_s": table_build_s,
+            "speedup_table": mc_us / table_us, "table_equal_share": float(np.mean(fast == exact)),
+            "table_spearman_vs_exact": float(stats.spearmanr(fast, exact).statistic)}
 
 
 def bench_queue(n_wait: int, n_ops: int) -> dict:

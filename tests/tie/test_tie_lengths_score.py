@@ -107,3 +107,21 @@ def test_score_rejects_bad_input(kw, match):
 def test_all_censored_is_rejected():
     with pytest.raises(ValueError, match="not identifiable"):
         fit_logt([96, 96, 96], [True, True, True])
+
+
+def test_score_table_matches_exact_scores():
+    from icml26.tie.score import ScoreTable, tie_score, truncated_cvar, truncated_mean
+
+    table = ScoreTable()
+    rng = np.random.default_rng(3)
+    mu, sg = rng.normal(5.0, 1.5, 5000), np.exp(rng.uniform(np.log(0.05), np.log(3.0), 5000))
+    m, c = table.expectations(mu, sg)
+    np.testing.assert_allclose(m, truncated_mean(mu, sg), rtol=2e-3)
+    np.testing.assert_allclose(c, truncated_cvar(mu, sg), rtol=2e-3)
+    exact, fast = tie_score(mu, sg, 64), table(mu, sg, 64)
+    assert np.mean(exact == fast) > 0.9 and np.all(np.abs(exact - fast) <= 1 + 0.002 * exact)
+    # outside the grid: exact formulas
+    assert table(20.0, 0.1) == tie_score(20.0, 0.1) and table(2.0, 9.0) == tie_score(2.0, 9.0)
+    assert table(5.0, 1.0, beta=0) == tie_score(5.0, 1.0, beta=0)
+    with pytest.raises(ValueError):
+        table(5.0, -1.0)

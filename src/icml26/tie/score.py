@@ -24,7 +24,8 @@ import math
 import numpy as np
 from scipy import special
 
-__all__ = ["truncated_mean", "truncated_cvar", "adaptive_beta", "tie_score", "tie_score_mc"]
+__all__ = ["truncated_mean", "truncated_cvar", "adaptive_beta", "tie_score", "tie_score_mc",
+           "ScoreTable"]
 
 
 _TAIL = 8 * 2 ** np.arange(0, 7.01, 0.5)  # 8 ... 1024, ratio sqrt(2): the t tails are smooth in log|z|
@@ -140,3 +141,67 @@ def tie_score_mc(mu: float, sigma: float, queue_len: int = 0, max_num_seqs: int 
     var = np.quantile(x, alpha)
     b = float(adaptive_beta(queue_len, max_num_seqs))
     return max(1, int(round(x.mean() + b * x[x >= var].mean())))
+
+
+class ScoreTable:
+    """``tie_score`` by bilinear interpolation in a precomputed (mu, log sigma) table.
+
+    A scheduler scores every arrival with the same (nu, alpha, x_max); only (mu, sigma) vary. The
+    table holds the exact truncated mean and CVaR on a ``n_mu x n_sigma`` grid (both are smooth
+    in mu and log sigma), so a score costs two interpolations instead of quadrature. Points
+    outside the grid fall back to the exact formulas. With the default grid the interpolated
+    expectations are within 0.2% of the exact ones (tested), so integer scores agree except at
+    rounding boundaries.
+    """
+
+    def __init__(self, x_max: float = 2048, alpha: float = 0.9, nu: float = 3.5,
+                 mu_range: tuple[float, float] = (-1.0, None), sigma_range=(0.02, 4.0),
+                 n_mu: int = 512, n_sigma: int = 128):
+        _check(0.0, 1.0, nu, x_max, alpha)
+        hi = mu_range[1] if mu_range[1] is not None else math.log(x_max) + 4.0
+        if not (mu_range[0] < hi and 0 < sigma_range[0] < sigma_range[1]):
+            raise ValueError(f"bad table ranges mu {mu_range}, sigma {sigma_range}")
+        if n_mu < 2 or n_sigma < 2:
+            raise ValueError(f"table needs >= 2 points per axis; got {n_mu} x {n_sigma}")
+        self.x_max, self.alpha, self.nu = x_max, alpha, nu
+        self.mu = np.linspace(mu_range[0], hi, n_mu)
+        self.ls = np.linspace(math.log(sigma_range[0]), math.log(sigma_range[1]), n_sigma)
+        sig = np.exp(self.ls)
+        self.mean = np.empty((n_mu, n_sigma))
+        self.cvar = np.empty((n_mu, n_sigma))
+        for a in range(0, n_mu, 64):  # row blocks keep the quadrature's temporaries small
+            M, S = np.meshgrid(self.mu[a:a + 64], sig, indexing="ij")
+            self.mean[a:a + 64] = truncated_mean(M, S, nu, x_max)
+            self.cvar[a:a + 64] = truncated_cvar(M, S, nu, x_max, alpha)
+
+    def _interp(self, table, mu, sigma):
+        mu, ls = np.broadcast_arrays(np.asarray(mu, float), np.log(np.asarray(sigma, float)))
+        fi = (mu - self.mu[0]) / (self.mu[1] - self.mu[0])
+        fj = (ls - self.ls[0]) / (self.ls[1] - self.ls[0])
+        i = np.clip(np.floor(fi).astype(np.int64), 0, len(self.mu) - 2)
+        j = np.clip(np.floor(fj).astype(np.int64), 0, len(self.ls) - 2)
+        di, dj = fi - i, fj - j
+        return ((1 - di) * (1 - dj) * table[i, j] + di * (1 - dj) * table[i + 1, j]
+                + (1 - di) * dj * table[i, j + 1] + di * dj * table[i + 1, j + 1])
+
+    def expectations(self, mu, sigma) -> tuple[np.ndarray, np.ndarray]:
+        """(truncated mean, truncated CVaR), exact outside the grid."""
+        mu, sigma = np.broadcast_arrays(np.asarray(mu, float), np.asarray(sigma, float))
+        if np.any(sigma <= 0):
+            raise ValueError("sigma must be > 0")
+        m, c = self._interp(self.mean, mu, sigma), self._interp(self.cvar, mu, sigma)
+        out = ((mu < self.mu[0]) | (mu > self.mu[-1]) | (np.log(sigma) < self.ls[0])
+               | (np.log(sigma) > self.ls[-1]))
+        if np.any(out):
+            m = np.where(out, truncated_mean(mu, sigma, self.nu, self.x_max), m)
+            c = np.where(out, truncated_cvar(mu, sigma, self.nu, self.x_max, self.alpha), c)
+        return m, c
+
+    def __call__(self, mu, sigma, queue_len=0, max_num_seqs: int = 32, beta=None):
+        """Same contract as :func:`tie_score` (with this table's nu, alpha, x_max)."""
+        b = adaptive_beta(queue_len, max_num_seqs) if beta is None else np.asarray(beta, float)
+        if np.any(b < 0):
+            raise ValueError(f"beta must be >= 0; got {beta}")
+        m, c = self.expectations(mu, sigma)
+        out = np.maximum(np.rint(m + b * c), 1).astype(np.int64)
+        return int(out) if out.ndim == 0 else out
