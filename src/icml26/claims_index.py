@@ -190,10 +190,13 @@ CLAIMS: list[Claim] = [
         name="chemcensor",
         paper="When Single Answer Is Not Enough: Rethinking Single-Step Retrosynthesis "
         "Benchmarks for LLMs",
-        statement="Chemical plausibility levels agree with chemists better than exact-match Top-K.",
-        paper_figure="plausibility matches chemists better than Top-K (no numbers published)",
+        statement="Chemical plausibility levels separate sound from unsound retrosynthesis "
+        "proposals that exact-match Top-K scores alike.",
+        paper_figure="plausibility matches chemists better than Top-K (no numbers published; "
+        "Fig. 1 = level histograms)",
         area=APPS,
         resources={"full": Resources(cpus=16, memory_gb=64)},
+        run=lazy("icml26.chemcensor.claim:run"),
     ),
     Claim(
         name="skillpro",

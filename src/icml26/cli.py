@@ -30,6 +30,7 @@ METHOD_CLIS: dict[str, str] = {
     "atlas": "icml26.atlas.cli:app",
     "binarypc": "icml26.binarypc.cli:app",
     "cat": "icml26.cat.cli:app",
+    "chemcensor": "icml26.chemcensor.cli:app",
     "lems": "icml26.lems.cli:app",
     "oserve": "icml26.oserve.cli:app",
     "quartet2": "icml26.quartet2.cli:app",
