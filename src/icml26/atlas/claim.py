@@ -10,8 +10,9 @@ model's full-bank WLE on the fitted bank (as in the paper). Headline: theta MAE 
 missing), small scale only: fixed-length CATs of k = 8/16/24 items against random-k.
 
 Options (``--opt key=value``): ``seeds`` (count), ``items``, ``calib``, ``test``, ``model``,
-``max_iter`` (EM cycles), ``sat`` (0 to skip part (b)), ``linking`` (0 to skip the chunk-linking
-study), ``chunk`` (items per chunk, 112), ``link_items`` (items in the linking study; small: 1,120).
+``max_iter`` (EM cycles), ``sat`` (0 to skip part (b)), ``llm`` (0 to skip part (c), SmolLM2
+on BIG-bench; with ``llm_items_per_task``, ``llm_sample_seeds``, ``llm_live``, ``llm_model`` =
+a model path), ``linking`` (0 to skip the chunk-linking study), ``chunk`` (items per chunk, 112), ``link_items`` (items in the linking study; small: 1,120).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def _setting(ctx: RunContext) -> dict:
             "seeds": 2,
             "max_iter": 100,
             "sat": 0,
+            "llm": 0,
         },
         small={
             "items": 5600,
@@ -58,6 +60,7 @@ def _setting(ctx: RunContext) -> dict:
             "seeds": 5,
             "max_iter": 300,
             "sat": 1,
+            "llm": 1,
         },
         full={
             "items": 5600,
@@ -67,12 +70,16 @@ def _setting(ctx: RunContext) -> dict:
             "seeds": 5,
             "max_iter": 2000,
             "sat": 1,
+            "llm": 1,
         },
     )
-    for k in ("items", "calib", "test", "seeds", "max_iter", "sat"):
+    base.update(llm_items_per_task=40, llm_sample_seeds=4, llm_live=1, llm_model=None)
+    for k in ("items", "calib", "test", "seeds", "max_iter", "sat", "llm", "llm_items_per_task",
+              "llm_sample_seeds", "llm_live"):
         if k in o:
             base[k] = int(o[k])
     base["model"] = o.get("model", base["model"])
+    base["llm_model"] = o.get("llm_model", base["llm_model"])
     return base
 
 
@@ -218,6 +225,13 @@ def run(ctx: RunContext) -> Result:
         rows += sat
         notes += sat_notes
     figs = figures(ctx, res, st)
+    if st["llm"]:
+        from icml26.atlas.claim_llm import part_c
+
+        c_rows, c_notes, c_res = part_c(ctx, st)
+        rows += c_rows
+        notes += c_notes
+        figs.append(c_res["figure"])
     return Result(
         rows=rows,
         headline=Measure(

@@ -167,3 +167,75 @@ def score_cmd(
     theta, se, flag = estimate_theta(bank, full, method, return_flags=True)
     for name, t, s, f in zip(R.models, theta, se, flag, strict=True):
         typer.echo(f"{name}\ttheta {t:+.3f}\tSE {s:.3f}" + ("\t(at bound)" if f else ""))
+
+
+def _csv_list(value: str, cast, name: str) -> list:
+    try:
+        return [cast(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{name}: expected a comma-separated list, got {value!r}") from None
+
+
+@app.command("responses")
+def responses_cmd(
+    tasks: Annotated[str, typer.Option(help="Comma-separated BIG-bench multiple-choice tasks "
+                                       "(`icml26 atlas responses --list` shows them).")] = "",
+    out: Annotated[Path, typer.Option("--out", "-o", help="Long table to write (.parquet or "
+                                      ".csv): model,item,correct.")] = Path("responses.parquet"),
+    model: Annotated[str | None, typer.Option(help="HF folder or .gguf (default SmolLM2).")] = None,
+    name: Annotated[str, typer.Option(help="Model name written in the table.")] = "",
+    device: Annotated[str, typer.Option(help="torch device.")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="torch dtype.")] = "bfloat16",
+    max_items: Annotated[int | None, typer.Option(help="Seeded subset per task.")] = None,
+    formats: Annotated[str, typer.Option(help="logprob and/or letter.")] = "logprob",
+    drops: Annotated[str, typer.Option(help="Layers dropped, e.g. 0,3,6 (examinee variants).")]
+    = "0",
+    temps: Annotated[str, typer.Option(help="Sampling temperatures; 0 = argmax.")] = "0",
+    seeds: Annotated[int, typer.Option(help="Sampling seeds per T > 0.")] = 1,
+    batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 8,
+    list_tasks: Annotated[bool, typer.Option("--list", help="List the tasks and exit.")] = False,
+) -> None:
+    """Answer BIG-bench multiple-choice items with a causal LM and write a response table."""
+    from icml26.atlas.responses import (
+        choice_logprob_table,
+        examinee_grid,
+        response_matrix,
+        to_long,
+    )
+    from icml26.core.io import atomic_open
+    from icml26.core.lm import load_lm
+    from icml26.core.mcq import bigbench_tasks, load_bigbench
+    from icml26.core.torchutil import parse_dtype
+
+    if list_tasks:
+        typer.echo("\n".join(bigbench_tasks()))
+        return
+    task_list = _csv_list(tasks, str, "--tasks")
+    if not task_list:
+        raise typer.BadParameter("give --tasks (or --list to see them)")
+    if out.suffix not in (".parquet", ".csv"):
+        raise typer.BadParameter(f"--out {out}: expected a .parquet or .csv file")
+    items = [it for t in task_list for it in load_bigbench(t, max_items=max_items)]
+    fmts, drop_list = _csv_list(formats, str, "--formats"), _csv_list(drops, int, "--drops")
+    grid = examinee_grid(fmts, drop_list, _csv_list(temps, float, "--temps"), seeds)
+    lm, tok = load_lm(model, dtype=parse_dtype(dtype), device=device)
+    tables = {f"{f}|drop{d}": choice_logprob_table(lm, tok, items, f, d, batch_size)
+              for f in fmts for d in drop_list}
+    Y = response_matrix(tables, items, grid)
+    prefix = (name or Path(model or "smollm2").stem) + "|"
+    rows = to_long(grid, items, Y, prefix=prefix)
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(rows)
+    with atomic_open(out, "wb") as f:
+        if out.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, f)
+        else:
+            import pyarrow.csv as pcsv
+
+            pcsv.write_csv(table, f)
+    acc = {e.name: float(Y[i].mean()) for i, e in enumerate(grid)}
+    typer.echo(f"{out}: {len(grid)} examinees x {len(items)} items; accuracy "
+               + ", ".join(f"{k} {v:.3f}" for k, v in list(acc.items())[:8]))
