@@ -16,8 +16,8 @@ from typing import Annotated
 import click
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
 from rich.table import Table
+from typer.core import TyperGroup
 
 from icml26 import claims_index
 from icml26.core.claims import Progress

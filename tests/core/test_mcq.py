@@ -104,7 +104,7 @@ def test_choice_logprobs_match_unpadded_float64(lm):
     prompts = ["The cat sat on the", "A", "Answer:", "x" * 40]
     conts = [" mat", " longer continuation", " B", " y"]
     got = choice_logprobs(model, tok, prompts, conts, batch_size=3)
-    ref = [_hand_logprob(model, tok, p, c) for p, c in zip(prompts, conts)]
+    ref = [_hand_logprob(model, tok, p, c) for p, c in zip(prompts, conts, strict=True)]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -113,17 +113,17 @@ def test_score_mcq_predicts_argmax(lm):
     items = [MCQItem(f"i{k}", "t", f"question {k}", ("alpha", "be", "gamma ray"), k % 3)
              for k in range(4)]
     res = score_mcq(model, tok, items, method="logprob")
-    for it, lp, p in zip(items, res.choice_logprobs, res.pred):
+    for it, lp, p in zip(items, res.choice_logprobs, res.pred, strict=True):
         ref = [_hand_logprob(model, tok, f"Question: {it.question}\nAnswer:", " " + c)
                for c in it.choices]
         np.testing.assert_allclose(lp, ref, atol=1e-4)
         assert p == int(np.argmax(ref))
-    assert res.accuracy == np.mean([p == it.answer for p, it in zip(res.pred, items)])
+    assert res.accuracy == np.mean([p == it.answer for p, it in zip(res.pred, items, strict=True)])
     norm = score_mcq(model, tok, items, normalize="length")
     np.testing.assert_allclose(norm.choice_logprobs[0],
                                res.choice_logprobs[0] / np.array([5, 2, 9]), rtol=1e-9)
     letter = score_mcq(model, tok, items, method="letter", batch_size=2)
-    for it, lp in zip(items, letter.choice_logprobs):
+    for it, lp in zip(items, letter.choice_logprobs, strict=True):
         ref = [_hand_logprob(model, tok, letter_prompt(it), " " + "ABC"[i]) for i in range(3)]
         np.testing.assert_allclose(lp, ref, atol=1e-4)
     with pytest.raises(UserError, match="method"):

@@ -1,9 +1,9 @@
 """The report: index rows for every claim, sections with rows and embedded figures."""
 
 import base64
+from html.parser import HTMLParser
 
 import pytest
-from html.parser import HTMLParser
 
 from icml26 import claims_index
 from icml26.core.claims import Claim, Measure, Result, run_claim
@@ -139,10 +139,10 @@ def test_summary_figure_plots_measured_and_paper_values():
                "c": _rec("c", -1.0, None, "not reproduced")}          # cannot go on a log axis
     fig, plotted = draw_summary(claims, records)
     ax = fig.axes[0]
-    dots = {(round(float(l.get_xdata()[0]), 6), float(l.get_ydata()[0]))
-            for l in ax.lines if l.get_marker() == "o"}
-    diamonds = {(float(l.get_xdata()[0]), float(l.get_ydata()[0]))
-                for l in ax.lines if l.get_marker() == "D"}
+    dots = {(round(float(ln.get_xdata()[0]), 6), float(ln.get_ydata()[0]))
+            for ln in ax.lines if ln.get_marker() == "o"}
+    diamonds = {(float(ln.get_xdata()[0]), float(ln.get_ydata()[0]))
+                for ln in ax.lines if ln.get_marker() == "D"}
     assert dots == {(0.99, 3.0), (3.0, 2.0)}          # row i at y = n - 1 - i
     assert diamonds == {(2.31, 3.0), (4.0, 2.0), (0.5, 1.0)}
     assert plotted["c"] == {"status": "value <= 0: see table", "paper": 0.5}

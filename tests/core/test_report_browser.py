@@ -81,7 +81,7 @@ def test_report_in_chromium_desktop_and_phone(report, tmp_path):
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot: {shot}")
         if width == 1280:
-            def verdicts():
+            def verdicts(page=page):
                 return page.eval_on_selector_all(
                     "#index tbody tr td:nth-child(6)", "tds => tds.map(t => t.textContent.trim())")
 

@@ -82,7 +82,7 @@ def sample_answers(table: Sequence[Sequence[float]], items: Sequence[MCQItem], t
     if temperature < 0:
         raise UserError(f"temperature must be >= 0, got {temperature}")
     out = np.zeros(len(items), dtype=np.int8)
-    for j, (lp, item) in enumerate(zip(table, items)):
+    for j, (lp, item) in enumerate(zip(table, items, strict=True)):
         lp = np.asarray(lp, dtype=float)
         if temperature == 0:
             pick = int(np.argmax(lp))

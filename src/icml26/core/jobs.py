@@ -19,6 +19,7 @@ outstanding; finished records stay, and nothing half-written is left.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -387,10 +388,8 @@ class RayBackend(_Threaded):
         ray = getattr(self, "_ray_mod", None)
         if ray is not None:
             for ref in self._refs:
-                try:
+                with contextlib.suppress(Exception):  # finished or already gone
                     ray.cancel(ref, force=True)
-                except Exception:  # noqa: BLE001 - finished or already gone
-                    pass
 
 
 def _runtime_env() -> dict | None:

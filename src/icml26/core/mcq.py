@@ -265,7 +265,7 @@ def choice_logprobs(model, tok, prompts: Sequence[str], continuations: Sequence[
         raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
     device = next(model.parameters()).device
     seqs = []
-    for p, c in zip(prompts, continuations):
+    for p, c in zip(prompts, continuations, strict=True):
         ctx = tok(p)["input_ids"]
         cont = tok(c, add_special_tokens=False)["input_ids"]
         if not cont:
@@ -319,7 +319,7 @@ def _letter_logprobs(model, tok, items: Sequence[MCQItem], batch_size: int) -> n
             mask[r, :len(e)] = 1
         with torch.inference_mode():
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        for r, (e, it) in enumerate(zip(enc, chunk)):
+        for r, (e, it) in enumerate(zip(enc, chunk, strict=True)):
             logp = torch.log_softmax(logits[r, len(e) - 1].float(), dim=-1).double()
             out.extend(float(logp[letters[i][0]]) for i in range(len(it.choices)))
     return np.array(out)

@@ -237,7 +237,7 @@ def draw_summary(claims: list[Claim], records: dict[str, dict]):
     ax.set_xlabel("headline ratio (log scale): measured here (dot, spread as bar) vs paper (◇)")
     ax.set_ylim(-0.7, n - 0.3)
     handles, labels = ax.get_legend_handles_labels()
-    uniq = dict(zip(labels, handles))
+    uniq = dict(zip(labels, handles, strict=True))
     if uniq:
         ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="lower right", framealpha=0.9)
     ax.set_title("Each paper's headline: reported vs measured in miniature", fontsize=11)

@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
+from icml26.core.checkpoint import source_fingerprint
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
-from icml26.core.checkpoint import source_fingerprint
 from icml26.core.lm import cache_root, tiny_llama
 from icml26.uds.data import FAMILIES, PoolConfig, make_pool, make_val
 from icml26.uds.loop import TrainConfig, encode, evaluate, train_online
