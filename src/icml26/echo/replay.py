@@ -1,0 +1,170 @@
+"""Exact offline replay of tree policies on the target's greedy continuations.
+
+Under greedy decoding speculative decoding is lossless: whatever the tree, the emitted text is the
+target's greedy continuation. So the target runs *once* per prompt; at a sampled root position
+``p`` of ``seq`` (prompt + greedy continuation) a policy's tree accepts the longest path equal to
+``seq[p+1:]``, plus a bonus token. Each policy builds its own tree through a draft oracle memoized
+per (sample, node), so a top-3 beam is computed as a top-3 beam (a recorded top-10 "superset tree"
+would not be exact: a small beam is not a sub-beam of a large one).
+
+Batches are simulated by grouping B samples into one iteration under a shared budget ``k_max``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from icml26.echo.draft import DraftContext, TreeDraftOracle
+from icml26.echo.model import TreeLM
+from icml26.echo.policies import Policy, _Beam
+from icml26.echo.tree import DraftTree, Path
+
+__all__ = ["ReplaySet", "IterRecord", "replay_accept", "replay_positions"]
+
+
+def replay_accept(tree: DraftTree, truth: Sequence[int]) -> int:
+    """Tokens emitted when verifying ``tree`` whose root is followed by ``truth`` (the target's
+    greedy tokens after the root): accepted draft depth + 1."""
+    on = np.zeros(tree.size, dtype=bool)
+    on[0] = True
+    best = 0
+    for j in range(1, tree.size):
+        d = int(tree.depth[j])
+        if on[tree.parents[j]] and d <= len(truth) and int(tree.tokens[j]) == int(truth[d - 1]):
+            on[j] = True
+            best = max(best, d)
+    return best + 1
+
+
+def replay_positions(prompt_len: int, seq_len: int, depth: int, stride: int = 3) -> list[int]:
+    """Root positions ``p`` (index in seq of the root token) every ``stride`` tokens of the
+    continuation, keeping ``depth`` + 1 known tokens after the root."""
+    if stride < 1:
+        raise ValueError(f"stride must be >= 1; got {stride}")
+    return list(range(prompt_len, seq_len - depth - 1, stride))
+
+
+@dataclass
+class IterRecord:
+    """One simulated iteration: per request emitted tokens, tree sizes K_i, draft widths per step."""
+
+    samples: list[int]
+    accepted: list[int]
+    sizes: list[int]
+    expanded: list[list[int]]
+    depths: list[int] = field(default_factory=list)
+
+
+class ReplaySet:
+    """Samples (sequence, root position) with a memoized draft oracle over them.
+
+    lm : the target (for a self-draft) or the draft :class:`TreeLM`. exit_layer : draft layers
+    (``None`` = all of ``lm``). seqs : token lists (prompt + target greedy continuation).
+    positions : per sequence, the root positions to sample.
+    """
+
+    def __init__(self, lm: TreeLM, exit_layer: int | None, seqs: Sequence[Sequence[int]],
+                 positions: Sequence[Sequence[int]], progress=None):
+        self.seqs = [list(s) for s in seqs]
+        self.samples: list[tuple[int, int]] = [(i, p) for i, ps in enumerate(positions) for p in ps]
+        ctxs = {}
+        first = {}
+        it = range(len(self.seqs))
+        if progress is not None:
+            it = progress.track(it, total=len(self.seqs), description="echo: draft prefixes")
+        for i in it:
+            ids = torch.as_tensor(self.seqs[i], dtype=torch.int64)
+            logits, cache = lm.prefill(ids, exit_layer)
+            first[i] = (logits, cache)
+        self._full = {i: c for i, (_, c) in first.items()}
+        self.oracle = TreeDraftOracle(lm, exit_layer, ctxs)
+        for s, (i, p) in enumerate(self.samples):
+            logits, cache = first[i]
+            ctxs[s] = DraftContext([(k[:, :, :p], v[:, :, :p]) for k, v in cache], p, self.seqs[i][p])
+            self.oracle.put(s, (), logits[p])  # the root's draft distribution, already computed
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def root(self, s: int) -> int:
+        i, p = self.samples[s]
+        return self.seqs[i][p]
+
+    def truth(self, s: int, depth: int = 64) -> list[int]:
+        i, p = self.samples[s]
+        return self.seqs[i][p + 1:p + 1 + depth]
+
+    def warm(self, topk: int, depth: int, progress=None) -> None:
+        """Precompute the EAGLE beam (``topk``, ``depth``) of every sample into the memo.
+
+        Batched per sequence: one forward per depth over all of its samples' frontier nodes,
+        attending to the sequence's draft cache up to each root and to the nodes' ancestors,
+        whose K/V are kept (each node runs once).
+        """
+        by_seq: dict[int, list[int]] = {}
+        for s, (i, _) in enumerate(self.samples):
+            by_seq.setdefault(i, []).append(s)
+        it = sorted(by_seq)
+        if progress is not None:
+            it = progress.track(it, total=len(by_seq), description="echo: draft beams")
+        for i in it:
+            self._warm_seq(i, by_seq[i], topk, depth)
+
+    @torch.no_grad()
+    def _warm_seq(self, i: int, samples: list[int], topk: int, depth: int) -> None:
+        lm, ell = self.oracle.lm, self.oracle.n_layers
+        base = self._full[i]
+        length = base[0][0].shape[2]
+        beams = {s: _Beam(self.oracle, s, topk) for s in samples}
+        col: dict[tuple[int, Path], int] = {}
+        nodes: list | None = None  # per layer (k, v) of computed tree nodes, (1, G, N, D)
+        for _ in range(depth):
+            need = [(s, p) for s, b in beams.items() for p in b.frontier if (s, p) not in self.oracle.memo]
+            if need:
+                n_old = 0 if nodes is None else nodes[0][0].shape[2]
+                w = len(need)
+                mask = torch.zeros(1, w, length + n_old + w, dtype=torch.bool)
+                toks, pos = [], []
+                for r, (s, p) in enumerate(need):
+                    root_pos = self.samples[s][1]
+                    mask[0, r, :root_pos + 1] = True
+                    for j in range(1, len(p)):
+                        mask[0, r, length + col[s, p[:j]]] = True
+                    mask[0, r, length + n_old + r] = True
+                    toks.append(p[-1])
+                    pos.append(root_pos + len(p))
+                cache = base if nodes is None else [(torch.cat([bk, nk], 2), torch.cat([bv, nv], 2))
+                                                    for (bk, bv), (nk, nv) in zip(base, nodes, strict=True)]
+                logits, kv = lm.forward(torch.tensor([toks]), torch.tensor([pos]), mask, cache, ell)
+                self.oracle.calls += 1
+                self.oracle.nodes_run += w
+                nodes = kv if nodes is None else [(torch.cat([nk, k], 2), torch.cat([nv, v], 2))
+                                                  for (nk, nv), (k, v) in zip(nodes, kv, strict=True)]
+                for r, (s, p) in enumerate(need):
+                    col[s, p] = n_old + r
+                    self.oracle.put(s, p, logits[0, r].cpu())
+            for b in beams.values():
+                b.grow()
+
+    def run(self, policy: Policy, groups: Sequence[Sequence[int]], k_max: int) -> list[IterRecord]:
+        """Simulate ``policy`` on each group of sample ids (one iteration each)."""
+        out = []
+        for g in groups:
+            trees = policy.build(self.oracle, list(g), [self.root(s) for s in g], k_max)
+            out.append(IterRecord(list(g), [replay_accept(t, self.truth(s)) for t, s in zip(trees, g, strict=True)],
+                                  [t.size for t in trees], [list(t.expanded) for t in trees],
+                                  [t.max_depth for t in trees]))
+        return out
+
+
+def make_groups(n: int, b: int, n_iter: int, seed: int = 0) -> list[list[int]]:
+    """``n_iter`` groups of ``b`` sample ids: shuffled passes over 0..n-1, wrapping as needed."""
+    rng = np.random.default_rng(seed)
+    stream: list[int] = []
+    while len(stream) < b * n_iter:
+        stream += rng.permutation(n).tolist()
+    return [stream[i * b:(i + 1) * b] for i in range(n_iter)]
