@@ -47,11 +47,13 @@ CLAIMS: list[Claim] = [
     Claim(
         name="echo",
         paper="ECHO: Elastic Speculative Decoding with Sparse Gating for High-Concurrency Scenarios",
-        statement="Budgeted elastic draft trees verified as one super-tree keep speculative "
-        "decoding profitable under high concurrency.",
+        statement="Under a verification budget at high concurrency, ECHO's sparse-gated elastic "
+        "draft trees, verified as one super-tree, beat static, dense-dynamic and adaptive-chain "
+        "trees and never fall below AR.",
         paper_figure="up to 5.35x over AR; +14.4% over EAGLE-3 at batch 256",
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
+        run=lazy("icml26.echo.claim:run"),
     ),
     Claim(
         name="binarypc",
@@ -67,11 +69,14 @@ CLAIMS: list[Claim] = [
         name="restore",
         paper="RESTORE: Improving Visual Token Reduction via Rectifying Distortions for "
         "Efficient Multimodal LLM Inference",
-        statement="Restoring positions, a size/RoPE-distance bias and distinctive merge anchors "
-        "raises the accuracy kept by visual token reduction.",
-        paper_figure="LLaVA-1.5-7B at 64/576 tokens: 92.2% -> 96.5% of full accuracy",
+        statement="On text-agnostic reducers, RESTORE (retained positions, log-size + RoPE-distance "
+        "attention calibration, distinctive-anchor merging) recovers accuracy lost to visual "
+        "token reduction.",
+        paper_figure="LLaVA-1.5-7B at 64/576 tokens: DivPrune 93.8 -> 95.9%, VisionZip 93.0 -> 94.8%, "
+        "HoloV 92.2 -> 96.5% of full accuracy",
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
+        run=lazy("icml26.restore.claim:run"),
     ),
     Claim(
         name="lems",
@@ -153,11 +158,12 @@ CLAIMS: list[Claim] = [
         name="algosteer",
         paper="The Invisible Lottery: How Subtle Cues Steer Algorithm Choice in LLM Code "
         "Generation",
-        statement="Incidental prompt cues shift which algorithm family code LLMs choose among "
-        "programs that pass the same tests.",
+        statement="Incidental prompt cues shift which algorithm family code LLMs choose among programs "
+        "that pass the same tests; semantic cues more than innocuous ones, naming mitigates.",
         paper_figure="shifts up to 100 pp; semantic cues 67.2 pp vs innocuous 26.1 pp",
         area=EVALUATION,
         resources={"full": Resources(cpus=16, gpus=1, memory_gb=48)},
+        run=lazy("icml26.algosteer.claim:run"),
     ),
     Claim(
         name="deepcommit",
@@ -185,6 +191,7 @@ CLAIMS: list[Claim] = [
         paper_figure="beats the state of the art on Netflix and ML-1M (no numbers published)",
         area=APPS,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=32)},
+        run=lazy("icml26.cclrec.claim:run"),
     ),
     Claim(
         name="chemcensor",
@@ -210,11 +217,13 @@ CLAIMS: list[Claim] = [
     Claim(
         name="cyberpal",
         paper="CyberPal 2.0: Toward Cybersecurity-Expert Small Language Models",
-        statement="SFT on grounded security reasoning data makes small LMs better at CVE->CWE "
-        "mapping and CTI questions.",
-        paper_figure="small models rival larger ones on cybersecurity benchmarks",
+        statement="SFT on grounded, verified security reasoning traces (SecKnowledge 2.0) beats plain "
+        "SFT and the base model on CVE->CWE mapping, most on out-of-distribution CVEs.",
+        paper_figure="20B ranks 1st on vulnerability/bug->CWE (above GPT-4o, o1, o3-mini, Sec-Gemini v1), "
+        "4B 2nd; no numbers published",
         area=APPS,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=640)},
+        run=lazy("icml26.cyberpal.claim:run"),
     ),
     Claim(
         name="smollm2-perplexity",

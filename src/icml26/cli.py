@@ -27,13 +27,18 @@ from icml26.core.report import build_report, collect, headline_text
 # Method subcommands, "name": "module:typer_app". Imported only when that subcommand (or the
 # top-level --help) is used, since importing a method package pulls in numpy/torch.
 METHOD_CLIS: dict[str, str] = {
+    "algosteer": "icml26.algosteer.cli:app",
     "atlas": "icml26.atlas.cli:app",
     "binarypc": "icml26.binarypc.cli:app",
     "cat": "icml26.cat.cli:app",
+    "cclrec": "icml26.cclrec.cli:app",
     "chemcensor": "icml26.chemcensor.cli:app",
+    "cyberpal": "icml26.cyberpal.cli:app",
+    "echo": "icml26.echo.cli:app",
     "lems": "icml26.lems.cli:app",
     "oserve": "icml26.oserve.cli:app",
     "quartet2": "icml26.quartet2.cli:app",
+    "restore": "icml26.restore.cli:app",
     "tie": "icml26.tie.cli:app",
     "uds": "icml26.uds.cli:app",
 }

@@ -61,3 +61,18 @@ def test_reproduced_iff_whole_interval_beats_target(v, a, t):
     verdict = decide(m(v, (lo, hi)), t)
     assert (verdict is Verdict.REPRODUCED) == (lo > t)
     assert (verdict is Verdict.NOT_REPRODUCED) == (hi < t or (lo == hi == t))
+
+
+def test_uninformative_result_is_inconclusive_whatever_the_headline(tmp_path):
+    from icml26.core.claims import Claim, Measure, Result, run_claim
+
+    def run(ctx):
+        return Result(rows=[], headline=Measure("h", 5.0, "x", (4.0, 6.0)), target=1.0,
+                      uninformative="the model never learned the task")
+
+    rec = run_claim(Claim("gated", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
+    assert rec["verdict"] == "inconclusive"
+    assert rec["uninformative"] == "the model never learned the task"
+    ok = run_claim(Claim("fine", "p", "s", "f", run=lambda c: Result(
+        rows=[], headline=Measure("h", 5.0), target=1.0)), scale="tiny", out_root=tmp_path)
+    assert ok["verdict"] == "reproduced" and ok["uninformative"] is None

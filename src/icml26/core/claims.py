@@ -96,6 +96,10 @@ class Result:
     #: the paper's own number for the headline quantity, when the run knows it better than the
     #: claim's ``paper_value`` (e.g. it depends on the setting run); the report plots it.
     paper_value: float | None = None
+    #: why this measurement cannot test the claim (a failed precondition the claim checks, e.g. a
+    #: model that never learned the task); the runner then says ``inconclusive``, whatever the
+    #: headline, and keeps the reason in the record.
+    uninformative: str | None = None
 
 
 class Progress:
@@ -422,6 +426,8 @@ def run_claim(
         if not isinstance(result, Result):
             raise TypeError(f"claim {claim.name!r} returned {type(result).__name__}, not Result")
         verdict = decide(result.headline, result.target)
+        if result.uninformative and verdict is not Verdict.ERROR:
+            verdict = Verdict.INCONCLUSIVE
         record.update(
             verdict=verdict.value,
             headline=asdict(result.headline),
@@ -431,6 +437,7 @@ def run_claim(
             figures=[_relative(Path(f), out_root) for f in result.figures],
             paper_value=result.paper_value if result.paper_value is not None
             else claim.paper_value,
+            uninformative=result.uninformative,
             error=None,
         )
         if verdict is Verdict.ERROR:

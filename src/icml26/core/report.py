@@ -343,6 +343,9 @@ def _section(c: Claim, r: dict, out_root: Path) -> list[str]:
         f"({html.escape(r['scale'])}, seed {r['seed']}, {r['wall_time_s']:.1f} s): "
         f"{html.escape(headline_text(r))} {_verdict_span(r['verdict'])}</p>"
     )
+    if r.get("uninformative"):
+        out.append(f"<p><b>Uninformative measurement</b> (verdict held at inconclusive): "
+                   f"{html.escape(str(r['uninformative']))}</p>")
     if r.get("error"):
         err = r["error"]
         out.append(f"<p><b>Error.</b> {html.escape(str(err.get('type')))}: "

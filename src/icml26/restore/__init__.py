@@ -1,0 +1,12 @@
+"""RESTORE (Cho et al., ICML 2026, arXiv 2606.01711): calibrated visual token reduction with
+retained positions, a log-size + RoPE-distance attention bias and distinctive-anchor merging,
+for HF LLaVA-family models."""
+
+from icml26.restore.anchors import Hybrid, anchor_scores, distinctive_anchors, hybrid
+from icml26.restore.attention import distance_bias, rope_decay
+from icml26.restore.patch import RestoreConfig, apply_restore, remove_restore
+from icml26.restore.reducers import DivPrune, Reduction, ToMe, UniformAnchors, VisionZipLike
+
+__all__ = ["RestoreConfig", "apply_restore", "remove_restore", "Reduction", "DivPrune",
+           "VisionZipLike", "ToMe", "UniformAnchors", "Hybrid", "hybrid", "distinctive_anchors",
+           "anchor_scores", "rope_decay", "distance_bias"]
