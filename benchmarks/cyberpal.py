@@ -1,0 +1,121 @@
+"""CyberPal pipeline and training throughput, side by side in one process.
+
+Run: ``.venv/bin/python benchmarks/cyberpal.py [--model smollm2] [--steps 4] [--device cpu]``
+(idle machine; ``--device cuda`` on a GPU). Measures:
+
+- records/s of each data stage on the CWE observed examples (50 CWEs, the training CVEs):
+  tasks, MiniLM grounding, template writer, verifier, dedup + decontamination;
+- SFT tokens/s of MODEL on template-grounded chats (batch 8, assistant-token loss), bf16
+  autocast vs fp32 (issue target: >= 2x on CPUs with AVX-512-BF16);
+- CVE -> CWE evaluation cost per CVE: greedy generation vs log-prob ranking of 50 labels.
+
+Prints markdown rows for benchmarks/RESULTS.md and saves a PNG to ``--plot``
+(default results/benchmarks/cyberpal.png; '' for none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from icml26.cyberpal import enrich  # noqa: E402
+from icml26.cyberpal.catalog import cve_cwe_pairs, load_attack, load_cwe  # noqa: E402
+from icml26.cyberpal.evaluate import generate, rank_labels  # noqa: E402
+from icml26.cyberpal.formats import default_formats  # noqa: E402
+from icml26.cyberpal.splits import SplitConfig, make_splits  # noqa: E402
+from icml26.cyberpal.train import SFTConfig, sft  # noqa: E402
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def stages() -> tuple[list[dict], list[dict]]:
+    (cwe, attack), t_load = _timed(lambda: (load_cwe(), load_attack()))
+    fm = default_formats()
+    sp = make_splits(cve_cwe_pairs(cwe), SplitConfig())
+    tasks, t_tasks = _timed(lambda: enrich.cve2cwe_tasks(sp.train, sp.labels))
+    retr = enrich.CweRetriever(cwe, sp.labels)
+    g, t_ground = _timed(lambda: enrich.ground(tasks, cwe, attack, retr))
+    recs, t_write = _timed(lambda: enrich.write_template(g, fm))
+    (kept, _, _), t_verify = _timed(lambda: enrich.verify_records(recs, fm, cwe, attack))
+    ev = list(sp.id_test) + list(sp.ood_test)
+    (final, _), t_dedup = _timed(lambda: enrich.decontaminate(
+        enrich.dedup(kept), [p.cve_id for p in ev],
+        [enrich.cve2cwe_prompt(p.description) for p in ev], embed=retr.embed))
+    n = len(tasks)
+    rows = [{"stage": "load catalogues (s)", "value": round(t_load, 2)}]
+    for name, t in (("tasks", t_tasks), ("MiniLM grounding", t_ground),
+                    ("template writer", t_write), ("verifier", t_verify),
+                    ("dedup + decontamination", t_dedup)):
+        rows.append({"stage": f"{name} (records/s)", "value": round(n / max(t, 1e-9), 1)})
+    return rows, final
+
+
+def sft_speed(model_name: str, recs: list[dict], steps: int, device: str) -> list[dict]:
+    from icml26.core.lm import load_lm
+
+    base, tok = load_lm(model_name, dtype=torch.float32, device=device)
+    rows = []
+    for autocast in (True, False):
+        m = copy.deepcopy(base)
+        cfg = SFTConfig(epochs=1, batch_size=8, lr=1e-5, autocast=autocast)
+        sft(m, tok, recs[:8], cfg, device=device)  # warm-up (first bf16 calls compile)
+        _, st = sft(m, tok, recs[8 : 8 + 8 * steps], cfg, device=device)
+        rows.append({"stage": f"SFT tokens/s, {'bf16 autocast' if autocast else 'fp32'}",
+                     "value": round(st.tokens_per_s, 1)})
+    rows.append({"stage": "SFT speed-up bf16 / fp32",
+                 "value": round(rows[0]["value"] / rows[1]["value"], 2)})
+    return rows, base, tok
+
+
+def eval_speed(model, tok, recs, labels, n: int) -> list[dict]:
+    m = copy.deepcopy(model).to(torch.bfloat16)
+    chats = [r["messages"][:2] for r in recs[:n]]
+    _, t_gen = _timed(lambda: generate(m, tok, chats, max_new_tokens=96, batch_size=n))
+    _, t_rank = _timed(lambda: rank_labels(m, tok, chats, labels))
+    return [{"stage": "eval s/CVE, generate (<= 96 tokens, batched)", "value": round(t_gen / n, 2)},
+            {"stage": f"eval s/CVE, rank {len(labels)} labels", "value": round(t_rank / n, 2)}]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--n-eval", type=int, default=8)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--plot", default="results/benchmarks/cyberpal.png")
+    a = ap.parse_args()
+    rows, recs = stages()
+    srows, model, tok = sft_speed(a.model, recs, a.steps, a.device)
+    cwe = load_cwe()
+    labels = [f"CWE-{c}: {cwe[c].name}" for c in make_splits(cve_cwe_pairs(cwe)).labels]
+    rows += srows + eval_speed(model, tok, recs, labels, a.n_eval)
+    print(f"threads: {torch.get_num_threads()}, device {a.device}, model {a.model}\n")
+    print("| measure | value |\n|---|---|")
+    for r in rows:
+        print(f"| {r['stage']} | {r['value']} |")
+    if a.plot:
+        from icml26.core.plots import pyplot, save_figure
+
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(6, 3))
+        sft_rows = [r for r in rows if r["stage"].startswith("SFT tokens/s")]
+        ax.bar([r["stage"].removeprefix("SFT tokens/s, ") for r in sft_rows],
+               [r["value"] for r in sft_rows])
+        ax.set_ylabel("SFT tokens/s")
+        ax.set_title(f"{a.model}: SFT throughput ({a.device}, {torch.get_num_threads()} threads)")
+        print("\nfigure:", save_figure(fig, Path(a.plot)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,286 @@
+"""Claim ``algosteer``: incidental cues shift algorithm families among programs passing the same
+tests; semantic cues more than the noise floor (and than innocuous ones); naming mitigates.
+
+Grid (``small``): SmolLM2-135M-Instruct, bf16, T = 0.8, <= 160 new tokens; Fibonacci, tree
+traversal, dedup; cues none, none (resampled), performance, readability, memoize (semantic and
+surface), team name, naming; 20 samples per cell. Headline: mean TVD (vs no cue) of the semantic
+cues / TVD of the resampled no-cue control, over informative cells (>= 10 gated programs in the
+cue, base and control cells), 95% bootstrap CI (cells resampled independently); target > 1.
+When no cell is informative (a weak model), the headline is the same ratio over all parsable
+programs (ungated) and its name says so.
+
+Options (``--opt key=value``): ``model`` (HF folder/.gguf; default packaged SmolLM2), ``endpoint``
+(``http://HOST/v1#MODEL``, OpenAI-compatible), ``chat`` (a ``core.chat.get_chat`` spec),
+``dtype`` (bf16), ``batch_size``, ``log`` (run-log path; default ``OUT/runs.jsonl``, resumed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from icml26.algosteer.cues import CUES, get_cue
+from icml26.algosteer.grid import GridConfig, run_grid
+from icml26.algosteer.stats import (
+    bootstrap_cells,
+    chi2_homogeneity,
+    compliance,
+    holm,
+    shares,
+    shift_pp,
+    tvd,
+    tvd_ratio,
+)
+from icml26.algosteer.tasks import get_task
+from icml26.core.claims import Measure, Result, RunContext
+
+TARGET = 1.0
+SMALL_CUES = (
+    "none",
+    "none_resampled",
+    "performance",
+    "readability",
+    "memo_semantic",
+    "memo_surface",
+    "team_name",
+    "naming",
+)
+FULL_CUES = tuple(CUES)
+
+
+def grid_config(scale: str, model: str = "smollm2", seed: int = 0) -> GridConfig:
+    """The grid of each scale (``full``: every implemented task, every cue, 15 samples)."""
+    if scale == "tiny":
+        return GridConfig(
+            tasks=("fib",),
+            cues=("none", "none_resampled", "performance"),
+            samples=8,
+            max_new_tokens=96,
+            seed=seed,
+            model=model,
+        )
+    if scale == "small":
+        return GridConfig(
+            tasks=("fib", "tree", "dedup"),
+            cues=SMALL_CUES,
+            samples=20,
+            temperature=0.8,
+            max_new_tokens=160,
+            seed=seed,
+            model=model,
+        )
+    from icml26.algosteer.tasks import TASKS
+
+    return GridConfig(
+        tasks=tuple(TASKS),
+        cues=FULL_CUES,
+        samples=15,
+        temperature=0.8,
+        max_new_tokens=512,
+        seed=seed,
+        model=model,
+    )
+
+
+def make_backend(ctx: RunContext):
+    from icml26.algosteer.backends import ChatBackend, HFBackend, OpenAIBackend
+
+    opts = ctx.options
+    if opts.get("endpoint"):
+        base, _, name = opts["endpoint"].partition("#")
+        return OpenAIBackend(base, name), opts["endpoint"]
+    if opts.get("chat"):
+        return ChatBackend.from_spec(opts["chat"], device=ctx.device), opts["chat"]
+    batch = int(opts.get("batch_size", ctx.pick(tiny=24, small=48, full=64)))
+    model = opts.get("model")
+    return (HFBackend(model, ctx.device, opts.get("dtype", "bfloat16"), batch), model or "smollm2")
+
+
+def cells_of(rows: list[dict], gated: bool) -> dict[tuple[str, str], list[str]]:
+    """(task, cue) -> family labels: of passing programs (gated) or of parsable ones."""
+    cells: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        cells.setdefault((r["task"], r["cue"]), [])
+        keep = r["outcome"] == "pass" if gated else r["family"] != "unparsable"
+        if keep:
+            cells[(r["task"], r["cue"])].append(r["family"])
+    return cells
+
+
+def analyse(
+    rows: list[dict], config: GridConfig, min_n: int, seed: int = 0, n_boot: int = 1000
+) -> tuple[list[dict], dict]:
+    """Per-cell table rows and the summary numbers (headline and secondary ratios)."""
+    gated, ungated = cells_of(rows, True), cells_of(rows, False)
+    fams = {t: (*get_task(t).families, "other") for t in config.tasks}
+    table, tests = [], []
+    for t in config.tasks:
+        base_g, base_u = gated.get((t, "none"), []), ungated.get((t, "none"), [])
+        for c in config.cues:
+            cell_rows = [r for r in rows if r["task"] == t and r["cue"] == c]
+            g, u = gated.get((t, c), []), ungated.get((t, c), [])
+            row = {
+                "task": t,
+                "cue": c,
+                "category": get_cue(c).category,
+                "n": len(cell_rows),
+                "pass_rate": round(len(g) / max(1, len(cell_rows)), 3),
+                "gated": len(g),
+                "gated_shares": _fmt_shares(g, fams[t]),
+                "ungated_shares": _fmt_shares(u, fams[t]),
+                "informative": len(g) >= min_n and len(base_g) >= min_n,
+            }
+            if c != "none":
+                d = shift_pp(g, base_g, fams[t])
+                k = int(np.argmax(np.abs(d))) if len(g) and len(base_g) else 0
+                row["tvd_gated"] = (
+                    round(tvd(shares(g, fams[t]), shares(base_g, fams[t])), 3)
+                    if len(g) and len(base_g)
+                    else None
+                )
+                row["max_shift_pp"] = f"{fams[t][k]} {d[k]:+.0f}" if len(g) and len(base_g) else ""
+                if len(g) and len(base_g):
+                    lo, hi = bootstrap_cells(
+                        lambda a, b, f=fams[t], k=k: shift_pp(a, b, f)[k],
+                        g,
+                        base_g,
+                        n_boot=n_boot,
+                        seed=seed,
+                    )
+                    row["shift_ci_pp"] = f"[{float(lo):+.0f}, {float(hi):+.0f}]"
+                row["tvd_ungated"] = (
+                    round(tvd(shares(u, fams[t]), shares(base_u, fams[t])), 3)
+                    if len(u) and len(base_u)
+                    else None
+                )
+                _, p, method = chi2_homogeneity(g, base_g, fams[t], seed=seed)
+                row["p"] = p
+                row["p_method"] = method
+                tests.append(row)
+            if get_cue(c).category == "naming":
+                named = get_task(t).named[0]
+                row["compliance"] = round(compliance(g, named), 3) if g else None
+                row["compliance_ungated"] = round(compliance(u, named), 3) if u else None
+            table.append(row)
+    for row, p in zip(tests, holm([r["p"] for r in tests]), strict=True):
+        row["p_holm"] = None if np.isnan(p) else round(float(p), 4)
+        row["p"] = None if np.isnan(row["p"]) else round(float(row["p"]), 4)
+    return table, summarise(gated, ungated, fams, config, min_n, seed, n_boot)
+
+
+def _fmt_shares(labels: list[str], families) -> str:
+    if not labels:
+        return ""
+    s = shares(labels, families)
+    return " ".join(f"{f}:{100 * v:.0f}" for f, v in zip(families, s, strict=True) if v > 0)
+
+
+def _ratio_ci(cells, fams, numerator, min_n, seed, n_boot):
+    ratio, pairs, ok = tvd_ratio(cells, fams, numerator, min_n=min_n)
+    if not pairs:
+        return ratio, (float("nan"), float("nan")), pairs
+    keys = sorted(
+        {(t, c) for t, c in pairs} | {(t, x) for t in ok for x in ("none", "none_resampled")}
+    )
+
+    def stat(*labels):
+        sub = dict(zip(keys, labels, strict=True))
+        return tvd_ratio(sub, fams, numerator, min_n=0)[0]
+
+    lo, hi = bootstrap_cells(stat, *[cells[k] for k in keys], n_boot=n_boot, seed=seed)
+    return ratio, (float(lo), float(hi)), pairs
+
+
+def summarise(gated, ungated, fams, config, min_n, seed, n_boot) -> dict:
+    cats = {c: get_cue(c).category for c in config.cues}
+    semantic = [c for c in config.cues if cats[c] == "semantic"]
+    innocuous = [c for c in config.cues if cats[c] == "innocuous"]
+    out = {"semantic_cues": semantic}
+    for name, cells in (("gated", gated), ("ungated", ungated)):
+        r, ci, pairs = _ratio_ci(cells, fams, semantic, min_n, seed, n_boot)
+        out[f"semantic/control {name}"] = (r, ci, len(pairs))
+        if innocuous:
+            num = tvd_ratio(cells, fams, semantic, min_n=min_n, control=innocuous[0])
+            out[f"semantic/innocuous {name}"] = (num[0], None, len(num[1]))
+        if "memo_semantic" in config.cues and "memo_surface" in config.cues:
+            ts = [
+                t
+                for t in config.tasks
+                if min(
+                    len(cells.get((t, x), ())) for x in ("none", "memo_semantic", "memo_surface")
+                )
+                >= min_n
+            ]
+            if ts:
+
+                def diff(*labels, ts=ts):
+                    vals = []
+                    for j, t in enumerate(ts):
+                        b, s, f = labels[3 * j : 3 * j + 3]
+                        vals.append(
+                            tvd(shares(s, fams[t]), shares(b, fams[t]))
+                            - tvd(shares(f, fams[t]), shares(b, fams[t]))
+                        )
+                    return float(np.mean(vals))
+
+                args = [
+                    cells[(t, x)] for t in ts for x in ("none", "memo_semantic", "memo_surface")
+                ]
+                lo, hi = bootstrap_cells(diff, *args, n_boot=n_boot, seed=seed)
+                out[f"semantic-surface TVD {name}"] = (diff(*args), (float(lo), float(hi)), len(ts))
+    return out
+
+
+def run(ctx: RunContext) -> Result:
+    backend, model_name = make_backend(ctx)
+    config = grid_config(ctx.scale, model=model_name, seed=ctx.seed)
+    min_n = ctx.pick(tiny=2, small=10, full=10)
+    log = ctx.options.get("log") or ctx.out_dir / "runs.jsonl"
+    rows = run_grid(
+        backend, config, log, progress=ctx.progress, chunk=ctx.pick(tiny=24, small=48, full=256)
+    )
+    table, summary = analyse(
+        rows, config, min_n, seed=ctx.seed, n_boot=ctx.pick(tiny=300, small=1000, full=2000)
+    )
+    from icml26.algosteer.figures import plot_all
+
+    figures = plot_all(rows, table, config, ctx.out_dir)
+    r, ci, n_pairs = summary["semantic/control gated"]
+    which = "gated"
+    if n_pairs == 0:
+        r, ci, n_pairs = summary["semantic/control ungated"]
+        which = "ungated: no informative gated cell"
+    headline = Measure(
+        f"semantic-cue TVD / resampled-control TVD ({which})",
+        r,
+        "x",
+        ci if np.isfinite(ci).all() else None,
+        higher_is_better=True,
+    )
+    n_pass = sum(r_["outcome"] == "pass" for r_ in rows)
+    summary_rows = [
+        {
+            "task": "all",
+            "cue": k,
+            "category": "summary",
+            "value": None if v[0] is None or not np.isfinite(v[0]) else round(float(v[0]), 3),
+            "ci": None if v[1] is None else [round(float(x), 3) for x in v[1]],
+            "cells": v[2],
+        }
+        for k, v in summary.items()
+        if k != "semantic_cues"
+    ]
+    notes = [
+        f"Model: {model_name}; {len(rows)} generations, {n_pass} pass the functional tests "
+        f"({100 * n_pass / max(1, len(rows)):.1f}%). Cells with < {min_n} gated programs are "
+        "uninformative and left out of the gated headline.",
+        f"Semantic cues: {', '.join(summary['semantic_cues'])}; control: the no-cue prompt "
+        "resampled with other seeds (its TVD to the no-cue cell is the sampling-noise floor).",
+        "Cue texts, tasks' tests and family rules are ours (the paper publishes no code); the "
+        "paper's 46,535 runs over 15 models are replaced by one 135M model.",
+        "Large-input outcomes (timeouts of naive recursion, RecursionError of recursive "
+        "traversal on a 100k-deep tree) are recorded per row but never gate.",
+        "Spread: 95% percentile bootstrap, each cell resampled independently.",
+    ]
+    return Result(
+        rows=table + summary_rows, headline=headline, target=TARGET, notes=notes, figures=figures
+    )

@@ -1,0 +1,202 @@
+"""Claim ``cyberpal``: SFT on grounded reasoning traces beats plain SFT on CVE -> CWE, most OOD.
+
+Arms, all trained from the same base on the *same* CVE records, epochs, lr and seeds:
+(A) plain "CWE-79: <name>"; (B) template-grounded reasoning in the shipped format, verified;
+(C) reasoning written by the base LM from the same facts, kept only where verified (dropped when
+under ``c_min_keep`` of traces pass). No-training baselines: the base model zero- and 3-shot, and
+MiniLM nearest CWE definition. Headline: OOD any-gold accuracy B / A (per-CVE correctness
+averaged over seeds; ratio of sums + 0.5 each), with a paired bootstrap 95% CI over CVEs.
+
+Options (``--opt key=value``): ``model`` (HF folder / .gguf; default packaged SmolLM2, tiny:
+a from-scratch tiny_llama), ``dtype`` (weights; default fp32 with bf16 autocast for training,
+bf16 for evaluation), ``seeds`` (e.g. ``0,1``), ``n_cwes``, ``epochs``, ``lr``, ``train_cap``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from icml26.core.checkpoint import Memo
+from icml26.core.claims import Result, RunContext
+from icml26.core.torchutil import check_device
+from icml26.cyberpal import enrich
+from icml26.cyberpal.catalog import cve_cwe_pairs, load_attack, load_cwe
+from icml26.cyberpal.evaluate import build_mcq, few_shot_messages, generate, rank_labels
+from icml26.cyberpal.formats import default_formats
+from icml26.cyberpal.splits import SplitConfig, make_splits
+from icml26.cyberpal.train import SFTConfig, sft
+
+TARGET = 1.0
+PLAIN_SYSTEM = "You are a cybersecurity analyst. Map the vulnerability to its CWE weakness. " \
+               "Answer with the CWE id and name."
+
+
+def _sizes(ctx: RunContext) -> dict:
+    o = ctx.options
+    base = ctx.pick(
+        tiny=dict(n_cwes=10, n_id_test=12, n_ood=16, train_cap=20, epochs=2, batch=1, lr=3e-3,
+                  seeds="0", max_new=(16, 48), n_rank=4, n_mcq=8, n_lm=2, gen_bs=64),
+        small=dict(n_cwes=10, n_id_test=30, train_cap=64, epochs=1, batch=4, lr=1e-4,
+                   seeds="0,1", max_new=(32, 84), n_rank=10, n_mcq=16, n_lm=8, gen_bs=48),
+        full=dict(n_cwes=50, n_id_test=150, train_cap=100_000, epochs=2, batch=8, lr=2e-5,
+                  seeds="0,1,2", max_new=(48, 160), n_rank=150, n_mcq=400, n_lm=100_000,
+                  gen_bs=32),
+    )
+    for k in ("n_cwes", "n_id_test", "n_ood", "train_cap", "epochs", "batch", "n_mcq", "n_lm"):
+        if k in o:
+            base[k] = int(o[k])
+    if "lr" in o:
+        base["lr"] = float(o["lr"])
+    base["seeds"] = [int(s) for s in str(o.get("seeds", base["seeds"])).split(",")]
+    return base
+
+
+def _load_base(ctx: RunContext, device: str):
+    if ctx.scale == "tiny" and "model" not in ctx.options:
+        from icml26.core.lm import tiny_llama
+
+        return tiny_llama(hidden=64, layers=2, heads=4, max_len=1024, vocab="bytes", seed=0), \
+            "tiny_llama (random init, byte vocab)"
+    from icml26.core.lm import load_lm
+
+    name = ctx.options.get("model")
+    return load_lm(name, dtype=torch.float32, device=device), name or "SmolLM2-135M-Instruct"
+
+
+def _eval_dtype(ctx):
+    from icml26.core.torchutil import parse_dtype
+
+    return parse_dtype(ctx.options.get("dtype", "bf16" if ctx.scale != "tiny" else "fp32"))
+
+
+def run(ctx: RunContext) -> Result:
+    device = check_device(ctx.device)
+    S = _sizes(ctx)
+    t_start = time.perf_counter()
+    cwe, attack = load_cwe(), load_attack()
+    formats = default_formats()
+    fmt = formats["cve2cwe"]
+    splits = make_splits(cve_cwe_pairs(cwe), SplitConfig(n_cwes=S["n_cwes"],
+                                                          n_id_test=S["n_id_test"]))
+    retr = enrich.CweRetriever(cwe, splits.labels)
+    if S.get("n_ood"):  # tiny: the first OOD CVEs only (CI time)
+        splits = type(splits)(splits.labels, splits.train, splits.id_test,
+                              splits.ood_test[: S["n_ood"]])
+    test = {"id": list(splits.id_test), "ood": list(splits.ood_test)}
+    golds = {k: [list(p.cwes) for p in v] for k, v in test.items()}
+    prompts = {k: [enrich.cve2cwe_prompt(p.description) for p in v] for k, v in test.items()}
+
+    # --- data: tasks -> grounding -> template writer -> verifier -> decontamination
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(0)
+    train_pairs = [splits.train[i] for i in sorted(rng.permutation(len(splits.train))[: S["train_cap"]])]
+    tasks = enrich.ground(enrich.cve2cwe_tasks(train_pairs, splits.labels), cwe, attack, retr)
+    b_all, b_rej, b_report = enrich.verify_records(enrich.write_template(tasks, formats), formats,
+                                                   cwe, attack)
+    b_recs, decon = enrich.decontaminate(
+        enrich.dedup(b_all), [p.cve_id for v in test.values() for p in v],
+        prompts["id"] + prompts["ood"], embed=retr.embed)
+    a_recs = [enrich.plain_record(r) for r in b_recs]
+    for r in a_recs:
+        r["messages"][0]["content"] = PLAIN_SYSTEM
+    data_s = time.perf_counter() - t0
+
+    (model, tok), label = _load_base(ctx, device)
+    eval_dtype = _eval_dtype(ctx)
+    # units are keyed by arm/seed: adding a seed reuses the others (seeds not in the config)
+    memo = Memo(ctx.out_dir / "memo.json", config={**{k: v for k, v in S.items() if k != "seeds"},
+                                                   "scale": ctx.scale, "model": label,
+                                                   "n_train": len(b_recs)})
+
+    def evaluate(m, system, max_new, shots=()):
+        em = copy.deepcopy(m).to(eval_dtype) if eval_dtype != torch.float32 else m
+        out = {}
+        for k in ("id", "ood"):
+            chats = [few_shot_messages(system, shots, u) for u in prompts[k]]
+            texts = generate(em, tok, chats, max_new_tokens=max_new, batch_size=S["gen_bs"],
+                             progress=ctx.progress)
+            out[k] = texts
+        return out
+
+    # --- arm C: the base LM writes traces from the same facts; kept only where verified
+    t0 = time.perf_counter()
+    n_lm = min(S["n_lm"], len(tasks))
+    replies = generate(copy.deepcopy(model).to(eval_dtype), tok,
+                       enrich.lm_prompts(tasks[:n_lm], formats), max_new_tokens=S["max_new"][1],
+                       batch_size=S["gen_bs"], progress=ctx.progress)
+    c_kept, _, c_report = enrich.verify_records(
+        enrich.records_from_replies(tasks[:n_lm], formats, replies), formats, cwe, attack)
+    c_share = c_report.to_dict()["kept_share"]
+    lm_s = time.perf_counter() - t0
+    arm_c = c_share >= float(ctx.options.get("c_min_keep", 0.3))
+
+    systems = {"A": (a_recs, PLAIN_SYSTEM, S["max_new"][0]),
+               "B": (b_recs, fmt.system, S["max_new"][1])}
+    if arm_c:  # C is trained on its own verified traces, A-sized budget not matched: noted
+        systems["C"] = (c_kept, fmt.system, S["max_new"][1])
+
+    def unit(arm, seed):
+        recs, system, max_new = systems[arm]
+        m = copy.deepcopy(model)
+        cfg = SFTConfig(epochs=S["epochs"], lr=S["lr"], batch_size=S["batch"], seed=seed,
+                        max_len=1024)
+        t = time.perf_counter()
+        m, st = sft(m, tok, recs, cfg, device=device, progress=ctx.progress)
+        train_s = time.perf_counter() - t
+        t = time.perf_counter()
+        texts = evaluate(m, system, max_new)
+        res = {"texts": texts, "train_s": train_s, "eval_s": time.perf_counter() - t,
+               "tokens_trained": st.tokens_trained, "tokens_seen": st.tokens_seen,
+               "tok_per_s": st.tokens_per_s, "loss_first": st.losses[0], "loss_last": st.losses[-1]}
+        if seed == S["seeds"][0]:
+            em = copy.deepcopy(m).to(eval_dtype)
+            res["rank"] = _rank(em, tok, system, prompts["ood"][: S["n_rank"]], splits.labels, cwe)
+            res["mcq"] = _mcq(em, tok, cwe, attack, S["n_mcq"])
+        return res
+
+    results = {}
+    for seed in S["seeds"]:
+        for arm in systems:
+            results[(arm, seed)] = memo.compute(f"{arm}/{seed}", lambda a=arm, s=seed: unit(a, s))
+    shots = [(r["messages"][1]["content"], r["messages"][2]["content"]) for r in a_recs[:3]]
+    base0 = memo.compute("base/0shot", lambda: {
+        "texts": evaluate(model, PLAIN_SYSTEM, S["max_new"][0]),
+        "rank": _rank(copy.deepcopy(model).to(eval_dtype), tok, PLAIN_SYSTEM,
+                      prompts["ood"][: S["n_rank"]], splits.labels, cwe),
+        "mcq": _mcq(copy.deepcopy(model).to(eval_dtype), tok, cwe, attack, S["n_mcq"])})
+    base3 = memo.compute("base/3shot", lambda: {
+        "texts": evaluate(model, PLAIN_SYSTEM, S["max_new"][0], shots)})
+    nn = {k: retr.top_k(prompts[k], 1) for k in test}
+
+    # --- scoring
+    from icml26.cyberpal.report import build_result
+
+    return build_result(ctx, S=S, label=label, cwe=cwe, fmt=fmt, splits=splits, golds=golds,
+                        results=results, base0=base0, base3=base3, nn=nn, arms=list(systems),
+                        b_report=b_report, c_report=c_report, c_share=c_share, arm_c=arm_c,
+                        decon=decon, n_b=len(b_recs), data_s=data_s, lm_s=lm_s,
+                        total_s=time.perf_counter() - t_start, target=TARGET)
+
+
+def _rank(model, tok, system, prompts, labels, cwe) -> dict:
+    if not prompts:
+        return {"acc": float("nan"), "pred": []}
+    texts = [f"CWE-{c}: {cwe[c].name}" for c in labels]
+    lp = rank_labels(model, tok, [[{"role": "system", "content": system},
+                                   {"role": "user", "content": u}] for u in prompts], texts)
+    return {"pred": [int(labels[j]) for j in lp.argmax(1)]}
+
+
+def _mcq(model, tok, cwe, attack, n) -> dict:
+    from icml26.core.mcq import score_mcq
+
+    out = {}
+    for hard in (True, False):
+        items = build_mcq(cwe, attack, n // 2, n // 2, hard=hard, seed=1)
+        sc = score_mcq(model, tok, items, method="logprob")
+        out["hard" if hard else "easy"] = float(sc.accuracy)
+    return out

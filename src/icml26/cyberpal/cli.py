@@ -1,0 +1,179 @@
+"""``icml26 cyberpal ...``: build grounded reasoning SFT data, verify it, fine-tune, evaluate."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+@contextlib.contextmanager
+def _user_errors():
+    """A UserError becomes one line on stderr and exit status 2 (as in the main CLI)."""
+    from icml26.core.errors import UserError
+
+    try:
+        yield
+    except UserError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+app = typer.Typer(help="CyberPal 2.0 / SecKnowledge 2.0: grounded, verified security reasoning "
+                  "data from CWE/ATT&CK (+ your CVE records), SFT, CVE->CWE and MCQ evaluation.",
+                  no_args_is_help=True)
+
+
+@app.command("build")
+def build_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output chat JSONL.")],
+    tasks: Annotated[str, typer.Option(help="Comma list: cve2cwe, cwe_qa, attack_qa.")] =
+        "cve2cwe,cwe_qa,attack_qa",
+    writer: Annotated[str, typer.Option(help="template | lm")] = "template",
+    formats: Annotated[Path | None, typer.Option(help="Folder of format YAML files "
+                                                 "(default: the shipped ones).")] = None,
+    records: Annotated[Path | None, typer.Option(help="CSV with cve_id, description, cwe "
+                                                 "(default: CWE observed examples).")] = None,
+    chat: Annotated[str, typer.Option(help="Writer model for --writer lm: local, local:PATH, "
+                                      "http(s)://HOST/v1#MODEL.")] = "local",
+    plain: Annotated[bool, typer.Option(help="Also write the terse-answer twin records.")] = False,
+    work_dir: Annotated[Path | None, typer.Option(help="Stage files (resume); default OUT.work")]
+        = None,
+) -> None:
+    """Tasks -> grounding -> writer -> verifier -> dedup/decontamination, resumable."""
+    with _user_errors():
+        from icml26.cyberpal.formats import load_formats
+        from icml26.cyberpal.pipeline import BuildConfig, build
+
+        cfg = BuildConfig(tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()),
+                          writer=writer, plain=plain)
+        chat_model = None
+        if writer == "lm":
+            from icml26.core.chat import get_chat
+
+            chat_model = get_chat(chat)
+        rep = build(out, cfg, formats=load_formats(formats) if formats else None,
+                    records=records, chat=chat_model, work_dir=work_dir)
+        typer.echo(json.dumps(rep, indent=1))
+
+
+@app.command("verify")
+def verify_cmd(
+    data: Annotated[Path, typer.Argument(help="Chat JSONL written by build (meta kept).")],
+    formats: Annotated[Path | None, typer.Option(help="Format folder used to build.")] = None,
+) -> None:
+    """Re-run every check on DATA; print kept/dropped and failures per check (exit 1 if any)."""
+    with _user_errors():
+        from icml26.core.errors import UserError
+        from icml26.cyberpal.catalog import load_attack, load_cwe
+        from icml26.cyberpal.enrich import read_jsonl, verify_records
+        from icml26.cyberpal.formats import default_formats, load_formats
+
+        fm = load_formats(formats) if formats else default_formats()
+        recs = read_jsonl(data)
+        for n, r in enumerate(recs, 1):
+            if r["meta"].get("format") == "plain":
+                continue
+            if r["meta"].get("task") not in fm or "gold" not in r["meta"]:
+                raise UserError(f"{data}: record {n} has no meta.task/meta.gold of a known format")
+        _, _, rep = verify_records([r for r in recs if r["meta"].get("format") != "plain"],
+                                   fm, load_cwe(), load_attack())
+        d = rep.to_dict()
+        typer.echo(json.dumps(d, indent=1))
+        if d["dropped"]:
+            raise typer.Exit(1)
+
+
+@app.command("sft")
+def sft_cmd(
+    data: Annotated[Path, typer.Option(help="Chat JSONL.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output HF model folder.")],
+    model: Annotated[str, typer.Option(help="HF folder, .gguf, or 'smollm2'.")] = "smollm2",
+    lora: Annotated[bool, typer.Option(help="LoRA (merged into the saved weights).")] = False,
+    epochs: Annotated[int, typer.Option()] = 2,
+    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate.")] = 1e-4,
+    batch_size: Annotated[int, typer.Option()] = 8,
+    max_len: Annotated[int, typer.Option(help="Tokens per chat; longer are skipped.")] = 384,
+    device: Annotated[str, typer.Option()] = "cpu",
+    autocast: Annotated[bool, typer.Option(help="bf16 autocast.")] = True,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Fine-tune MODEL on DATA (assistant-token loss); resumable per epoch."""
+    with _user_errors():
+        import torch
+
+        from icml26.core.io import atomic_write_json
+        from icml26.core.lm import load_lm
+        from icml26.cyberpal.enrich import read_jsonl
+        from icml26.cyberpal.train import SFTConfig, sft
+
+        recs = read_jsonl(data)
+        m, tok = load_lm(model, dtype=torch.float32, device=device)
+        cfg = SFTConfig(epochs=epochs, lr=lr, batch_size=batch_size, max_len=max_len, lora=lora,
+                        autocast=autocast, seed=seed)
+        _, st = sft(m, tok, recs, cfg, out_dir=out, device=device)
+        atomic_write_json(out / "train_ids.json", sorted({str(r["meta"].get("id")) for r in recs
+                                                          if r["meta"].get("id")}))
+        typer.echo(f"{st.steps} steps, {st.tokens_trained} assistant tokens, "
+                   f"{st.tokens_per_s:.0f} tokens/s -> {out}")
+
+
+@app.command("eval")
+def eval_cmd(
+    model: Annotated[str, typer.Option(help="HF folder (e.g. from `sft`), .gguf, 'smollm2'.")],
+    split: Annotated[str, typer.Option(help="id | ood | mcq")] = "ood",
+    mode: Annotated[str, typer.Option(help="generate | rank (CVE splits)")] = "generate",
+    n_cwes: Annotated[int, typer.Option(help="Label set: most frequent CWEs.")] = 50,
+    limit: Annotated[int | None, typer.Option(help="First N items only.")] = None,
+    allow_overlap: Annotated[bool, typer.Option(help="Evaluate even if training saw a CVE.")]
+        = False,
+    device: Annotated[str, typer.Option()] = "cpu",
+    dtype: Annotated[str, typer.Option()] = "bf16",
+) -> None:
+    """Any-gold / strict / hierarchy accuracy and compliance, or MCQ accuracy (hard, easy)."""
+    with _user_errors():
+        from icml26.core.errors import UserError
+        from icml26.core.lm import load_lm
+        from icml26.core.torchutil import parse_dtype
+        from icml26.cyberpal.catalog import load_attack, load_cwe
+        from icml26.cyberpal.enrich import cve2cwe_prompt
+        from icml26.cyberpal.evaluate import build_mcq, generate, parse_cwe, rank_labels, score_cwe
+        from icml26.cyberpal.pipeline import catalogue_splits
+        from icml26.cyberpal.splits import SplitConfig
+
+        if split not in ("id", "ood", "mcq") or mode not in ("generate", "rank"):
+            raise UserError(f"split must be id|ood|mcq and mode generate|rank; got {split}, {mode}")
+        m, tok = load_lm(model, dtype=parse_dtype(dtype), device=device)
+        cwe = load_cwe()
+        if split == "mcq":
+            from icml26.core.mcq import score_mcq
+
+            res = {}
+            for hard in (True, False):
+                items = build_mcq(cwe, load_attack(), 100, 100, hard=hard)[:limit]
+                for meth in ("logprob", "letter"):
+                    res[f"{'hard' if hard else 'easy'}/{meth}"] = score_mcq(
+                        m, tok, items, method=meth).accuracy
+            typer.echo(json.dumps(res, indent=1))
+            return
+        sp = catalogue_splits(SplitConfig(n_cwes=n_cwes))
+        pairs = list(sp.id_test if split == "id" else sp.ood_test)[:limit]
+        seen = Path(model) / "train_ids.json"
+        if seen.is_file() and not allow_overlap:
+            overlap = sorted(set(json.loads(seen.read_text())) & {p.cve_id for p in pairs})
+            if overlap:
+                raise UserError(f"{len(overlap)} eval CVE(s) were in the training data "
+                                f"(first: {', '.join(overlap[:5])}); pass --allow-overlap")
+        from icml26.cyberpal.claim import PLAIN_SYSTEM
+
+        chats = [[{"role": "system", "content": PLAIN_SYSTEM},
+                  {"role": "user", "content": cve2cwe_prompt(p.description)}] for p in pairs]
+        if mode == "rank":
+            lp = rank_labels(m, tok, chats, [f"CWE-{c}: {cwe[c].name}" for c in sp.labels])
+            preds = [int(sp.labels[j]) for j in lp.argmax(1)]
+        else:
+            preds = [parse_cwe(t) for t in generate(m, tok, chats)]
+        typer.echo(json.dumps(score_cwe(preds, [p.cwes for p in pairs], cwe).summary(), indent=1))

@@ -1,0 +1,187 @@
+"""Scoring, table, headline and figures of the ``cyberpal`` claim (see :mod:`.claim`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from icml26.core.claims import Measure, Result
+from icml26.core.plots import pyplot, save_figure
+from icml26.core.torchutil import bootstrap_ci
+from icml26.cyberpal.evaluate import parse_cwe, score_cwe
+from icml26.cyberpal.verify import CHECKS
+
+ARM_NAMES = {"A": "(A) plain SFT", "B": "(B) template-grounded CoT SFT",
+             "C": "(C) LM-written CoT SFT, verified"}
+LENGTH_BINS = ((0, 6), (7, 14), (15, 10_000))
+
+
+def _ratio(b, a):
+    return float((b.sum() + 0.5) / (a.sum() + 0.5))
+
+
+def _fmt(vals) -> str:
+    vals = [v for v in vals if v == v]
+    if not vals:
+        return "n/a"
+    m = float(np.mean(vals))
+    return f"{m:.3f}" if len(vals) == 1 else f"{m:.3f} [{min(vals):.3f}, {max(vals):.3f}]"
+
+
+def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base3, nn, arms,
+                 b_report, c_report, c_share, arm_c, decon, n_b, data_s, lm_s, total_s,
+                 target) -> Result:
+    seeds = S["seeds"]
+    lengths = {k: np.array([len(p.description.split()) for p in getattr(
+        splits, "id_test" if k == "id" else "ood_test")]) for k in ("id", "ood")}
+
+    def scores(texts, k, with_fmt):
+        return score_cwe([parse_cwe(t) for t in texts], golds[k], cwe, texts,
+                         fmt if with_fmt else None)
+
+    per_cve = {}  # system -> split -> (seeds, n) correctness
+    rows = []
+
+    def add_row(name, runs, with_fmt, extra):
+        sc = {k: [scores(r["texts"][k], k, with_fmt) for r in runs] for k in ("id", "ood")}
+        per_cve[name] = {k: np.array([s.any_gold for s in v], dtype=float) for k, v in sc.items()}
+        both = np.concatenate([per_cve[name]["id"].mean(0), per_cve[name]["ood"].mean(0)])
+        lens = np.concatenate([lengths["id"], lengths["ood"]])
+        by_len = " / ".join(
+            f"{both[(lens >= lo) & (lens <= hi)].mean():.2f}" if ((lens >= lo) & (lens <= hi)).any()
+            else "n/a" for lo, hi in LENGTH_BINS)
+        row = {"system": name}
+        for k in ("id", "ood"):
+            summ = [s.summary() for s in sc[k]]
+            row[f"{k.upper()} any-gold"] = _fmt([x["any_gold"] for x in summ])
+            row[f"{k.upper()} strict"] = _fmt([x["strict"] for x in summ])
+            row[f"{k.upper()} hierarchy"] = _fmt([x["hierarchy"] for x in summ])
+        row["compliance (OOD)"] = _fmt([s.summary()["compliance"] for s in sc["ood"]])
+        row["by length <=6 / 7-14 / >14 words"] = by_len
+        row.update(extra)
+        rows.append(row)
+
+    def rank_acc(r):
+        preds = r.get("rank", {}).get("pred", [])
+        return float(np.mean([p in g for p, g in zip(preds, golds["ood"], strict=False)])) \
+            if preds else float("nan")
+
+    mcq0 = base0.get("mcq", {})
+    add_row(f"base {label}, zero-shot", [base0], False,
+            {"rank OOD": _fmt([rank_acc(base0)]), "MCQ hard": _fmt([mcq0.get("hard", np.nan)]),
+             "MCQ easy": _fmt([mcq0.get("easy", np.nan)]), "tokens trained": 0})
+    add_row(f"base {label}, 3-shot", [base3], False, {"tokens trained": 0})
+    nn_runs = {"texts": {k: [f"CWE-{v[0]}" for v in nn[k]] for k in nn}}
+    add_row("MiniLM nearest definition (no training)", [nn_runs], False, {"tokens trained": 0})
+    for arm in arms:
+        runs = [results[(arm, s)] for s in seeds]
+        first = runs[0]
+        add_row(ARM_NAMES[arm], runs, arm != "A", {
+            "rank OOD": _fmt([rank_acc(first)]),
+            "MCQ hard": _fmt([first.get("mcq", {}).get("hard", np.nan)]),
+            "MCQ easy": _fmt([first.get("mcq", {}).get("easy", np.nan)]),
+            "tokens trained": int(np.mean([r["tokens_trained"] for r in runs])),
+            "train s / seed": round(float(np.mean([r["train_s"] for r in runs])), 1),
+            "SFT tokens/s": round(float(np.mean([r["tok_per_s"] for r in runs])), 1)})
+
+    a_ood = per_cve[ARM_NAMES["A"]]["ood"].mean(0)
+    b_ood = per_cve[ARM_NAMES["B"]]["ood"].mean(0)
+    value = _ratio(b_ood, a_ood)
+    spread = bootstrap_ci(_ratio, b_ood, a_ood, seed=ctx.seed)
+    b_id = per_cve[ARM_NAMES["B"]]["id"].mean(0)
+    a_id = per_cve[ARM_NAMES["A"]]["id"].mean(0)
+
+    figs = [_fig_acc(ctx, per_cve), _fig_confusion(ctx, results[("B", seeds[0])], golds, cwe),
+            _fig_rejections(ctx, b_report, c_report)]
+    bd, cd = b_report.to_dict(), c_report.to_dict()
+    notes = [
+        f"Data: CWE {cwe.version} observed examples (cwe2 3.0.0); {S['n_cwes']} most frequent "
+        f"CWEs; {len(splits.train)} train CVEs (years <= 2012; {n_b} used after cap "
+        f"{S['train_cap']}, verification, dedup and decontamination {decon}), ID test "
+        f"{len(splits.id_test)} CVEs, OOD test {len(splits.ood_test)} CVEs (years >= 2017).",
+        "CWE ids in descriptions are masked ('[CWE]'); splits are by CVE id, a CVE never in two.",
+        f"Headline: OOD any-gold accuracy B / A, per-CVE correctness averaged over seeds "
+        f"{seeds}, (sum_B + 0.5) / (sum_A + 0.5); 95% paired bootstrap over CVEs. ID ratio: "
+        f"{_ratio(b_id, a_id):.3f}.",
+        "Cells 'm [lo, hi]' are means with min/max over seeds; rank and MCQ use the first seed.",
+        f"Strict = accuracy on CVEs with exactly one CWE; hierarchy gives 0.5 for a view-1000 "
+        f"parent/child. Rank OOD: log-prob ranking of the {S['n_cwes']} labels on the first "
+        f"{S['n_rank']} OOD CVEs. MCQ: {S['n_mcq']} catalogue items per difficulty (half CWE, "
+        f"half ATT&CK), log-prob scoring.",
+        f"B traces are template-generated from retrieved catalogue facts (not LLM-written): "
+        f"verification kept {bd['kept']}/{bd['kept'] + bd['dropped']}.",
+        f"C: the base model wrote {cd['kept'] + cd['dropped']} traces from the same facts; "
+        f"{c_share:.0%} passed the verifier ({'trained' if arm_c else 'arm dropped: under 30%'}); "
+        f"failures by check: { {k: v for k, v in cd['by_check'].items() if v} }.",
+        f"SFT: full fine-tune, fp32 weights with bf16 autocast, AdamW lr {S['lr']}, "
+        f"{S['epochs']} epoch(s), batch {S['batch']}; loss on assistant tokens only.",
+        f"Times: data {data_s:.0f} s, LM writer {lm_s:.0f} s, total {total_s:.0f} s.",
+        f"The paper trains 4B-20B models on ~400k examples and reports no numbers; this run "
+        f"uses {label}, a direction check only.",
+    ]
+    if ctx.scale == "small":
+        notes.append("small uses 10 CWEs, a 64-record cap and one epoch (the issue's 50 CWEs / full "
+                     "training set do not fit the 15-minute CPU budget); set --opt n_cwes=50 "
+                     "train_cap=100000 for the larger setting.")
+    return Result(rows=rows, headline=Measure("OOD CVE->CWE any-gold accuracy, B / A", value,
+                                              "x", spread, higher_is_better=True),
+                  target=target, notes=notes, figures=figs)
+
+
+def _fig_acc(ctx, per_cve):
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    names = list(per_cve)
+    x = np.arange(len(names))
+    for j, k in enumerate(("id", "ood")):
+        means, lo, hi = [], [], []
+        for n in names:
+            v = per_cve[n][k].mean(0)
+            m = float(v.mean())
+            ci = bootstrap_ci(lambda a: float(a.mean()), v, seed=0, n_boot=500) if len(v) else (m, m)
+            means.append(m)
+            lo.append(m - ci[0])
+            hi.append(ci[1] - m)
+        ax.bar(x + (j - 0.5) * 0.38, means, 0.38, yerr=[lo, hi], capsize=3,
+               label=f"{k.upper()} test")
+    ax.set_xticks(x, [n.replace(", ", "\n", 1)[:40] for n in names], fontsize=7, rotation=15)
+    ax.set_ylabel("any-gold accuracy (95% CI)")
+    ax.set_title("CVE -> CWE accuracy per arm")
+    ax.legend()
+    return save_figure(fig, ctx.out_dir / "accuracy.png")
+
+
+def _fig_confusion(ctx, res, golds, cwe):
+    plt = pyplot()
+    gold = [g[0] for k in ("id", "ood") for g in golds[k]]
+    pred = [parse_cwe(t) for k in ("id", "ood") for t in res["texts"][k]]
+    top = [c for c, _ in Counter(gold).most_common(10)]
+    idx = {c: i for i, c in enumerate(top)}
+    mat = np.zeros((len(top), len(top) + 1))
+    for g, p in zip(gold, pred, strict=True):
+        if g in idx:
+            mat[idx[g], idx.get(p, len(top))] += 1
+    fig, ax = plt.subplots(figsize=(6, 5))
+    ax.imshow(mat, cmap="Blues")
+    ax.set_xticks(range(len(top) + 1), [f"{c}" for c in top] + ["other"], rotation=90, fontsize=7)
+    ax.set_yticks(range(len(top)), [f"CWE-{c}" for c in top], fontsize=7)
+    ax.set_xlabel("predicted CWE")
+    ax.set_ylabel("gold CWE (first listed)")
+    ax.set_title("(B) first seed: top-10 gold CWEs, ID + OOD")
+    return save_figure(fig, ctx.out_dir / "confusion.png")
+
+
+def _fig_rejections(ctx, b_report, c_report):
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3))
+    x = np.arange(len(CHECKS))
+    for j, (name, rep) in enumerate((("template writer (B)", b_report), ("LM writer (C)", c_report))):
+        d = rep.to_dict()
+        tot = max(1, d["kept"] + d["dropped"])
+        ax.bar(x + (j - 0.5) * 0.4, [d["by_check"][c] / tot for c in CHECKS], 0.4, label=name)
+    ax.set_xticks(x, CHECKS, rotation=30, fontsize=8)
+    ax.set_ylabel("share of traces failing")
+    ax.set_title("Verifier rejections by check")
+    ax.legend()
+    return save_figure(fig, ctx.out_dir / "rejections.png")
