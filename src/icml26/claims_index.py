@@ -126,11 +126,14 @@ CLAIMS: list[Claim] = [
     Claim(
         name="quatro",
         paper="Query-Adaptive Trust Region Policy Optimization for LLM Fine-tuning",
-        statement="Per-query KL trust regions enforced by Lagrangian duals keep GRPO-style RL "
-        "stable and improve pass@k.",
-        paper_figure="higher pass@k on six math benchmarks; stable entropy under staleness",
+        statement="Under policy staleness and high learning rates, a per-query KL trust-region loss "
+        "enforced by Lagrangian duality (reconstruction: tr_dual) keeps reward and entropy "
+        "stable where clipped GRPO-style losses degrade, giving higher held-out pass@k.",
+        paper_figure="higher Pass@k and Unique Correct Count than GRPO/GSPO-style baselines on six math "
+        "benchmarks; stable entropy under staleness and aggressive LR (no single number)",
         area=TRAINING,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
+        run=lazy("icml26.quatro.claim:run"),
     ),
     Claim(
         name="uds",
@@ -182,6 +185,7 @@ CLAIMS: list[Claim] = [
         paper_figure="+3.3% MMLU (Gemma-2 2B); +27.1% HarmBench",
         area=INTERP,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
+        run=lazy("icml26.corrsteer.claim:run"),
     ),
     Claim(
         name="cclrec",
