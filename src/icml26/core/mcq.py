@@ -184,6 +184,16 @@ def bigbench_tasks() -> list[str]:
     return sorted(_index())
 
 
+def bigbench_task_sizes() -> dict[str, int]:
+    """Number of multiple-choice examples per BIG-bench task (builds the index on first use)."""
+    return {name: int(v["n"]) for name, v in _index().items()}
+
+
+def bigbench_ready() -> bool:
+    """Whether the BIG-bench task index is already built (no download or scan needed)."""
+    return _index_path().is_file()
+
+
 def load_bigbench(task: str, max_items: int | None = None, seed: int = 0,
                   shuffle_choices: bool = True) -> list[MCQItem]:
     """Items of one BIG-bench multiple-choice task.

@@ -1,0 +1,160 @@
+"""The multiple-choice CorrSteer experiment: correlate on train, select on validation, test.
+
+One unsteered pass over all items records letter logits and the residual entering each layer at
+the last prompt position (the only position a one-token answer is generated from). Then, per
+split seed, the train items feed :class:`CorrelationAccumulator` s (SAE codes, and raw residual
+dims for the raw-mode ablation); selections S/A/P are built; baselines get the same items:
+a mean-difference (CAA) vector at P's layers with strength picked on validation, and random
+alive features at the same layers with the same steering norm. Every system is scored on the
+held-out test items in one batch per item (:func:`score_item`), so all systems see identical
+prefixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from icml26.core.errors import UserError
+from icml26.corrsteer.correlate import CorrelationAccumulator, check_rewards
+from icml26.corrsteer.mcqsteer import encode_items, letter_token_ids, score_item
+from icml26.corrsteer.steer import Feature, select, side_effect_ratio, steering_deltas
+
+__all__ = ["Splits", "ItemPass", "unsteered_pass", "score_systems", "run_seed"]
+
+
+@dataclass(frozen=True)
+class Splits:
+    n_train: int
+    n_val: int
+    n_test: int
+
+    def __post_init__(self):
+        if min(self.n_train, self.n_val, self.n_test) < 2:
+            raise UserError(f"each split needs >= 2 items; got {self}")
+
+    def make(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        need = self.n_train + self.n_val + self.n_test
+        if n < need:
+            raise UserError(f"{n} items, fewer than train+val+test = {need}")
+        p = np.random.default_rng(seed).permutation(n)
+        return p[:self.n_train], p[self.n_train:self.n_train + self.n_val], \
+            p[self.n_train + self.n_val:need]
+
+
+@dataclass
+class ItemPass:
+    """Unsteered results for every item: ``correct`` ``(n,)`` bool, ``resid`` ``{L: (n, d)}``."""
+
+    items: list
+    ids: list
+    letters: list
+    correct: np.ndarray
+    resid: dict[int, torch.Tensor] = field(default_factory=dict)
+    caches: list | None = None
+
+
+def _correct(logits: torch.Tensor, item) -> np.ndarray:
+    pred = logits[:, :len(item.choices)].argmax(-1).numpy()
+    return np.array([p in item.gold for p in pred])
+
+
+def unsteered_pass(model, tok, items, layers, progress=None, keep_cache: bool = False) -> ItemPass:
+    """Unsteered letter scoring of every item; ``keep_cache`` keeps each prompt-prefix KV cache
+    (about 23 KB per token for SmolLM2 in bf16) so later steered passes forward one token only."""
+    letters = letter_token_ids(tok, max(len(it.choices) for it in items))
+    ids = encode_items(tok, items)
+    correct, resid, caches = [], {L: [] for L in layers}, []
+    it = range(len(items)) if progress is None else progress.track(range(len(items)), len(items), "unsteered pass")
+    for i in it:
+        res = score_item(model, ids[i], letters, capture=layers, return_cache=keep_cache)
+        logits, got = res[0], res[1]
+        if keep_cache:
+            caches.append(res[2])
+        correct.append(bool(_correct(logits, items[i])[0]))
+        for L in layers:
+            resid[L].append(got[L])
+    return ItemPass(items, ids, letters, np.array(correct),
+                    {L: torch.stack(v) for L, v in resid.items()} if layers else {},
+                    caches if keep_cache else None)
+
+
+def score_systems(model, data: ItemPass, idx, systems: list[list[Feature]], progress=None,
+                  desc: str = "score") -> np.ndarray:
+    """Correctness ``(n_systems, len(idx))`` of each feature list on items ``idx``."""
+    d = model.config.hidden_size
+    per = [steering_deltas(s) for s in systems]
+    layers = sorted({L for p in per for L in p})
+    deltas = {L: torch.stack([p.get(L, torch.zeros(d, dtype=torch.float64)) for p in per]) for L in layers}
+    out = np.zeros((len(systems), len(idx)), dtype=bool)
+    it = list(enumerate(idx))
+    it = it if progress is None else progress.track(it, len(it), desc)
+    for j, i in it:
+        logits, _ = score_item(model, data.ids[i], data.letters, deltas, n_rows=len(systems),
+                               prefix_cache=None if data.caches is None else data.caches[i])
+        out[:, j] = _correct(logits, data.items[i])
+    return out
+
+
+def _accs(codes: dict[int, torch.Tensor], y: np.ndarray) -> dict[int, CorrelationAccumulator]:
+    return {L: CorrelationAccumulator(c.shape[1]).update(c, y) for L, c in codes.items()}
+
+
+def run_seed(model, data: ItemPass, saes: dict, splits: Splits, seed: int, *, n_random: int = 5,
+             caa_strengths=(0.25, 0.5, 1.0, 2.0), coef_mode: str = "mean", progress=None) -> dict:
+    """All systems for one split seed. Returns per-system test correctness and selection info."""
+    tr, va, te = splits.make(len(data.items), seed)
+    y = data.correct[tr].astype(float)
+    check_rewards(y)
+    layers = sorted(saes)
+    with torch.no_grad():
+        codes = {L: saes[L].encode(data.resid[L][tr]).float() for L in layers}
+    accs = _accs(codes, y)
+    raw_accs = _accs({L: data.resid[L][tr] for L in layers}, y)
+    w_dec = {L: saes[L].W_dec.detach() for L in layers}
+
+    def validate(systems):
+        return score_systems(model, data, va, systems, progress, f"validate (seed {seed})").mean(1).tolist()
+
+    sys_s, _ = select(accs, "S", w_dec, coef_mode=coef_mode)
+    sys_a, _ = select(accs, "A", w_dec, coef_mode=coef_mode)
+    sys_p, info_p = select(accs, "P", w_dec, validate=validate, coef_mode=coef_mode)
+    sys_raw, info_raw = select(raw_accs, "P", {L: None for L in layers}, validate=validate,
+                               coef_mode=coef_mode, source="raw")
+    at = sorted({f.layer for f in sys_p}) or [sys_s[0].layer]
+    # CAA: mean residual of correct minus incorrect train items, at P's layers; strength on val.
+    caa_dirs = {L: (data.resid[L][tr][y > 0.5].double().mean(0) - data.resid[L][tr][y <= 0.5].double().mean(0))
+                for L in at}
+    caa_cands = [[Feature(L, -1, a, 0.0, caa_dirs[L], "caa") for L in at] for a in caa_strengths]
+    caa_val = validate(caa_cands)
+    caa_best = int(np.argmax(caa_val))
+    sys_caa = caa_cands[caa_best]
+    # Random alive features at the same layers, each with the steering norm of the feature it
+    # stands in for (P's feature at that layer, else S's).
+    ref = {f.layer: f for f in sys_s}
+    ref.update({f.layer: f for f in sys_p})
+    rng = np.random.default_rng(10_000 + seed)
+    randoms = []
+    for _ in range(n_random):
+        feats = []
+        for L in at:
+            alive = np.flatnonzero((codes[L] > 0).any(0).numpy())
+            j = int(rng.choice(alive))
+            norm = float(ref[L].vector.norm())
+            direction = w_dec[L][j].double()
+            feats.append(Feature(L, j, norm / float(direction.norm()), 0.0, direction, "random"))
+        randoms.append(feats)
+    names = ["unsteered", "CorrSteer-S", "CorrSteer-A", "CorrSteer-P", "raw-mode P",
+             "mean-difference (CAA)"] + [f"random feature #{k + 1}" for k in range(n_random)]
+    systems = [[], sys_s, sys_a, sys_p, sys_raw, sys_caa] + randoms
+    test = score_systems(model, data, te, systems, progress, f"test (seed {seed})")
+    return {
+        "seed": seed, "names": names, "test": test, "test_idx": te,
+        "features": {n: [f.to_dict() for f in s] for n, s in zip(names, systems, strict=True)},
+        "p_info": info_p, "raw_info": info_raw, "caa_strength": caa_strengths[caa_best],
+        "caa_val": caa_val, "top_r": {L: np.sort(np.abs(a.corr()))[::-1][:10].tolist() for L, a in accs.items()},
+        "base_train_acc": float(y.mean()),
+        "ser": {n: side_effect_ratio(test[0], test[k]) for k, n in enumerate(names)},
+    }

@@ -1,0 +1,62 @@
+"""The claim's figure: top |r| per layer, Δaccuracy with CI, SER per system, SAE L0 vs EV."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from icml26.core.plots import pyplot, save_figure
+
+__all__ = ["claim_figure"]
+
+
+def _ci(text: str) -> tuple[float, float]:
+    lo, hi = (float(x) for x in re.findall(r"[-+]?\d+\.\d+", text)[:2])
+    return lo, hi
+
+
+def claim_figure(path: Path, runs: list[dict], rows: list[dict], sae_metrics: dict) -> Path:
+    plt = pyplot()
+    fig, ax = plt.subplots(2, 2, figsize=(12, 8))
+    a = ax[0, 0]
+    for L, vals in sorted(runs[0]["top_r"].items()):
+        a.plot(range(1, len(vals) + 1), vals, marker="o", label=f"layer {L}")
+    a.set_xlabel("rank")
+    a.set_ylabel("|Pearson r| with correctness")
+    a.set_title(f"Top |r| per layer (train split, seed {runs[0]['seed']})")
+    a.legend(fontsize=8)
+    sys_rows = rows[1:]
+    names = [r["system"] for r in sys_rows]
+    vals = np.array([r["Δacc pp"] for r in sys_rows])
+    cis = np.array([_ci(r["Δ 95% CI"]) for r in sys_rows])
+    y = np.arange(len(names))
+    a = ax[0, 1]
+    colors = ["tab:blue" if n.startswith("CorrSteer") else "tab:gray" for n in names]
+    a.barh(y, vals, color=colors, xerr=np.abs(np.stack([vals - cis[:, 0], cis[:, 1] - vals])), capsize=3)
+    a.axvline(0, color="k", lw=0.8)
+    a.set_yticks(y, names, fontsize=8)
+    a.invert_yaxis()
+    a.set_xlabel("Δ test accuracy vs unsteered (pp), 95% CI")
+    a.set_title("Accuracy change")
+    a = ax[1, 0]
+    ser = [np.nan if r["SER"] is None else r["SER"] for r in sys_rows]
+    a.barh(y, ser, color=colors)
+    a.axvline(0.5, color="k", lw=0.8, ls="--")
+    a.set_yticks(y, names, fontsize=8)
+    a.invert_yaxis()
+    a.set_xlim(0, 1)
+    a.set_xlabel("side-effect ratio #worse/(#better+#worse)")
+    a.set_title("Side effects (lower is better)")
+    a = ax[1, 1]
+    for L, m in sorted(sae_metrics.items()):
+        if "l0" in m:
+            a.scatter(m["l0"], m["explained_variance"], s=40)
+            a.annotate(f"L{L}", (m["l0"], m["explained_variance"]))
+    a.axhline(0.8, color="k", lw=0.8, ls="--")
+    a.set_xlabel("L0 (active latents per token)")
+    a.set_ylabel("explained variance (held-out)")
+    a.set_title("SAE quality")
+    fig.tight_layout()
+    return save_figure(fig, path)

@@ -1,0 +1,117 @@
+"""Fast steered scoring of one-token multiple-choice answers on the prompt-prefix KV cache.
+
+With a one-token answer (MMLU-style letters), CorrSteer's hook only ever touches the last prompt
+position: the prefix ``ids[:-1]`` is the same for every steering system. :func:`score_item` runs
+the prefix once, repeats its KV cache over a batch of systems, and forwards only the last token,
+with row ``b`` steered by ``deltas[L][b]``; the prediction is the arg-max over the item's letter
+tokens (a logits processor restricting the answer to valid letters). Residuals entering the
+requested layers at that position are returned for the correlation stage.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from icml26.core.errors import UserError
+from icml26.corrsteer.steer import Steerer
+from icml26.corrsteer.train import blocks
+
+__all__ = ["letter_token_ids", "encode_items", "score_item", "full_forward_logits"]
+
+
+def letter_token_ids(tok, n: int) -> list[int]:
+    """Token ids of ``" A"``, ``" B"``, … (the answer after ``Answer:``); each must be one token."""
+    from icml26.core.mcq import LETTERS
+
+    out = []
+    for i in range(n):
+        ids = tok(" " + LETTERS[i], add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise UserError(f"the tokenizer splits ' {LETTERS[i]}' into {len(ids)} tokens; "
+                            "one-token letter answers are needed")
+        out.append(ids[0])
+    return out
+
+
+def encode_items(tok, items) -> list[torch.Tensor]:
+    """Letter prompts (:func:`icml26.core.mcq.letter_prompt`) as 1-D LongTensors."""
+    from icml26.core.mcq import letter_prompt
+
+    return [torch.tensor(tok(letter_prompt(it))["input_ids"], dtype=torch.long) for it in items]
+
+
+@torch.no_grad()
+def score_item(model, ids: torch.Tensor, letters: Sequence[int],
+               deltas: dict[int, torch.Tensor] | None = None, n_rows: int = 1,
+               capture: Sequence[int] = (), prefix_cache=None, return_cache: bool = False):
+    """Letter logits of one prompt under ``n_rows`` steering systems.
+
+    ``ids`` ``(T,)``; ``deltas`` ``{layer: (n_rows, d)}`` added at the last position (row b to
+    system b; zero rows are unsteered). Returns ``(logits (n_rows, len(letters)) float32,
+    {L: (d,) float32 residual entering block L at the last position, unsteered row 0})`` —
+    ``capture`` layers are read before any steering of the same layer is added.
+
+    ``prefix_cache``: the KV cache of ``ids[:-1]`` from an earlier call with ``return_cache=True``
+    (then a third value); it is copied, never modified, so one prefix serves many calls.
+    """
+    if ids.ndim != 1 or ids.numel() < 2:
+        raise UserError(f"a prompt needs at least 2 tokens; got shape {tuple(ids.shape)}")
+    device = next(model.parameters()).device
+    ids = ids.to(device)
+    if prefix_cache is None:
+        out = model(input_ids=ids[None, :-1], use_cache=True)
+        prefix_cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        kept = copy.deepcopy(prefix_cache) if return_cache else None
+        cache = prefix_cache
+    else:
+        kept = prefix_cache
+        cache = copy.deepcopy(prefix_cache)
+    if n_rows > 1:
+        cache.batch_repeat_interleave(n_rows)
+    got: dict[int, torch.Tensor] = {}
+    mods = blocks(model)
+
+    def cap(L):
+        def hook(module, args, kwargs):
+            h = args[0] if args else kwargs["hidden_states"]
+            got[L] = h[0, -1].float().cpu()
+        return hook
+
+    handles = [mods[L].register_forward_pre_hook(cap(L), with_kwargs=True) for L in capture]
+    try:
+        # Capture hooks are registered first, so they see the residual before steering.
+        with Steerer(model, deltas or {}):
+            logits = model(input_ids=ids[-1:].expand(n_rows, 1), use_cache=True,
+                           **{_cache_kwarg(model): cache}).logits[:, -1]
+    finally:
+        for h in handles:
+            h.remove()
+    res = logits[:, list(letters)].float().cpu()
+    return (res, got, kept) if return_cache else (res, got)
+
+
+def _cache_kwarg(model) -> str:
+    # transformers >= 5.2x renames `past_key_values` to `cache`; accept both.
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+@torch.no_grad()
+def full_forward_logits(model, ids: torch.Tensor, letters: Sequence[int],
+                        deltas: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """Reference for :func:`score_item`: the whole prompt forwarded once per system, no cache."""
+    device = next(model.parameters()).device
+    n = 1 if not deltas else next(iter(deltas.values())).shape[0] if next(iter(deltas.values())).ndim == 2 else 1
+    with Steerer(model, deltas or {}):
+        logits = model(input_ids=ids.to(device)[None].expand(n, -1), use_cache=False).logits[:, -1]
+    return logits[:, list(letters)].float().cpu()
+
+
+def predictions(logits: torch.Tensor, n_choices: int) -> np.ndarray:
+    """Arg-max over the first ``n_choices`` letters; ``logits`` ``(B, n_letters)`` -> ``(B,)``."""
+    return logits[:, :n_choices].argmax(-1).numpy()
