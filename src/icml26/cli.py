@@ -35,6 +35,7 @@ METHOD_CLIS: dict[str, str] = {
     "corrsteer": "icml26.corrsteer.cli:app",
     "chemcensor": "icml26.chemcensor.cli:app",
     "cyberpal": "icml26.cyberpal.cli:app",
+    "deepcommit": "icml26.deepcommit.cli:app",
     "echo": "icml26.echo.cli:app",
     "lems": "icml26.lems.cli:app",
     "oserve": "icml26.oserve.cli:app",

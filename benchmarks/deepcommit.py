@@ -1,0 +1,83 @@
+"""DeepCommit grouping cost at 1,000 commits, and a reused evaluation worktree vs a new one.
+
+Run: ``.venv/bin/python benchmarks/deepcommit.py [--commits 1000] [--trials 5]`` (idle machine).
+(a) builds a 1,000-commit history as Commit objects from a generated repository's commits,
+repeated with shifted times and perturbed files (no git needed for grouping), embeds the messages
+with MiniLM and clusters them; reports embedding, signal and clustering seconds.
+(b) on a generated repository, prepares a clean tree at a revision ``--trials`` times either by
+``git worktree add`` + remove per run, or by ``reset --hard`` + ``clean`` of one reused worktree.
+Targets (issue 17): grouping 1,000 commits <= 30 s; reused worktree >= 2x faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--commits", type=int, default=1000)
+    ap.add_argument("--trials", type=int, default=5)
+    args = ap.parse_args()
+    from icml26.deepcommit.history import load_history
+    from icml26.deepcommit.milestones import GroupConfig, group_from_signals, signal_matrices
+    from icml26.deepcommit.synth import make_repo
+    from icml26.deepcommit.verify import Worktree
+
+    with tempfile.TemporaryDirectory() as tmp:
+        truth = make_repo(Path(tmp) / "r", 7, n_features=8, n_commits=60)
+        base = load_history(truth.path).commits
+        commits = []
+        for i in range(args.commits):
+            c = base[i % len(base)]
+            commits.append(
+                replace(
+                    c,
+                    sha=f"{i:040x}",
+                    time=c.time + (i // len(base)) * 10**7,
+                    message=f"{c.message} #{i}",
+                )
+            )
+        t0 = time.perf_counter()
+        from icml26.core.embed import embed
+
+        embed(["warm up"])
+        t_load = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sig = signal_matrices(commits)
+        t_sig = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        labels = group_from_signals(sig, GroupConfig())
+        t_cl = time.perf_counter() - t0
+        print(
+            f"| grouping {args.commits} commits | signals incl. MiniLM {t_sig:.1f} s + "
+            f"clustering {t_cl:.2f} s = {t_sig + t_cl:.1f} s (model load {t_load:.1f} s) | "
+            f"{labels.max() + 1} groups | target <= 30 s |"
+        )
+        rev = load_history(truth.path).commits[-1].sha
+        t0 = time.perf_counter()
+        for _ in range(args.trials):
+            Worktree(truth.path, rev).close()
+        t_new = (time.perf_counter() - t0) / args.trials
+        wt = Worktree(truth.path, rev)
+        t0 = time.perf_counter()
+        for _ in range(args.trials):
+            (wt.path / "junk.txt").write_text("x")
+            wt.reset(rev)
+        t_reuse = (time.perf_counter() - t0) / args.trials
+        wt.close()
+        print(
+            f"| clean tree per test run | new worktree {t_new * 1000:.0f} ms, reused "
+            f"(reset+clean) {t_reuse * 1000:.0f} ms | x{t_new / t_reuse:.1f} | target >= 2x |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""The EvoClaw-data layout: write a built milestone DAG, read it (or released data) back.
+
+One folder per repository::
+
+    metadata.json                  repo, range, source/test dirs and patterns, drops
+    milestones.csv                 id,title,n_commits,commits,start_sha,end_sha,first_time,last_time
+    dependencies.csv               source,target,strength   (Strong | Weak)
+    selected_milestone_ids.txt     one id a line
+    non-graded_milestone_ids.txt   one id a line
+    srs/<m>/SRS.md                 task description
+    test_results/<m>/<m>_classification.json   {"FAIL_TO_PASS": [...], "PASS_TO_PASS": [...],
+                                                "NONE_TO_PASS": [...]} (when verified)
+
+All writes are atomic. :func:`load_dataset` validates ids and acyclicity.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from icml26.core.errors import UserError
+from icml26.core.io import atomic_write_json, atomic_write_text
+from icml26.deepcommit.dag import Dag, find_cycle
+from icml26.deepcommit.history import History
+
+__all__ = ["Dataset", "write_dataset", "load_dataset", "milestone_id"]
+
+
+def milestone_id(k: int) -> str:
+    return f"M{k + 1:03d}"
+
+
+@dataclass
+class Dataset:
+    root: Path
+    metadata: dict
+    milestones: list[dict]
+    edges: dict[tuple[str, str], str]
+    selected: list[str]
+    non_graded: list[str]
+    srs: dict[str, str] = field(default_factory=dict)
+    classifications: dict[str, dict] = field(default_factory=dict)
+
+
+def _srs(mid: str, commits) -> str:
+    files = Counter(f for c in commits for f in c.files if not f.startswith("tests/"))
+    lines = [f"# {mid}: {commits[0].subject}", "", "## Requested changes", ""]
+    lines += [f"- {c.subject}" for c in commits]
+    lines += ["", "## Source files likely involved", ""] + [
+        f"- `{f}`" for f, _ in files.most_common()
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_dataset(
+    out: Path | str,
+    history: History,
+    labels,
+    dag: Dag,
+    classifications: dict[str, dict] | None = None,
+    test_dirs: tuple[str, ...] = ("tests",),
+) -> Path:
+    """Write the layout for ``history`` grouped by ``labels`` (one per kept commit)."""
+    out = Path(out)
+    groups: dict[int, list] = {}
+    for c, m in zip(history.commits, labels, strict=True):
+        groups.setdefault(int(m), []).append(c)
+    ids = {m: milestone_id(m) for m in groups}
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(
+        ["id", "title", "n_commits", "commits", "start_sha", "end_sha", "first_time", "last_time"]
+    )
+    for m, cs in sorted(groups.items()):
+        w.writerow(
+            [
+                ids[m],
+                cs[0].subject,
+                len(cs),
+                " ".join(c.sha for c in cs),
+                cs[0].parents[0] if cs[0].parents else "",
+                cs[-1].sha,
+                cs[0].time,
+                cs[-1].time,
+            ]
+        )
+        atomic_write_text(out / "srs" / ids[m] / "SRS.md", _srs(ids[m], cs))
+    atomic_write_text(out / "milestones.csv", buf.getvalue())
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["source", "target", "strength"])
+    for (a, b), s in sorted(dag.edges.items()):
+        w.writerow([ids[a], ids[b], s])
+    atomic_write_text(out / "dependencies.csv", buf.getvalue())
+    classifications = classifications or {}
+    non_graded = [
+        ids[m]
+        for m in sorted(groups)
+        if ids[m] not in classifications
+        or not (
+            classifications[ids[m]].get("FAIL_TO_PASS")
+            or classifications[ids[m]].get("NONE_TO_PASS")
+        )
+    ]
+    for mid, cls in classifications.items():
+        atomic_write_json(out / "test_results" / mid / f"{mid}_classification.json", cls)
+    atomic_write_text(
+        out / "selected_milestone_ids.txt", "".join(f"{ids[m]}\n" for m in sorted(groups))
+    )
+    atomic_write_text(out / "non-graded_milestone_ids.txt", "".join(f"{m}\n" for m in non_graded))
+    atomic_write_json(
+        out / "metadata.json",
+        {
+            "repo": str(history.repo),
+            "range": history.rev_range,
+            "test_dirs": list(test_dirs),
+            "test_patterns": ["test_*.py", "*_test.py"],
+            "source_dirs": ["."],
+            "dropped": [{"sha": d.sha, "reason": d.reason} for d in history.dropped],
+            "back_edges": [
+                {"source": ids[a], "target": ids[b], "reason": r} for a, b, r in dag.back_edges
+            ],
+        },
+    )
+    return out
+
+
+def _lines(p: Path) -> list[str]:
+    return [x.strip() for x in p.read_text().splitlines() if x.strip()] if p.exists() else []
+
+
+def load_dataset(root: Path | str) -> Dataset:
+    """Read a folder in the layout above (ours or EvoClaw's released data)."""
+    root = Path(root)
+    for name in ("milestones.csv", "dependencies.csv"):
+        if not (root / name).is_file():
+            raise UserError(f"{root}: no {name}; not an EvoClaw-data repository folder")
+    meta = (
+        json.loads((root / "metadata.json").read_text())
+        if (root / "metadata.json").exists()
+        else {}
+    )
+    with open(root / "milestones.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    key = "id" if rows and "id" in rows[0] else (next(iter(rows[0])) if rows else "id")
+    ids = [r[key] for r in rows]
+    known = set(ids)
+    edges: dict[tuple[str, str], str] = {}
+    with open(root / "dependencies.csv", newline="") as f:
+        for i, r in enumerate(csv.DictReader(f), start=2):
+            a, b, s = r.get("source"), r.get("target"), (r.get("strength") or "Strong").strip()
+            bad = [x for x in (a, b) if x not in known]
+            if bad:
+                raise UserError(
+                    f"{root / 'dependencies.csv'} line {i}: unknown milestone id(s) {bad}"
+                )
+            if s not in ("Strong", "Weak"):
+                raise UserError(
+                    f"{root / 'dependencies.csv'} line {i}: strength must be Strong or "
+                    f"Weak; got {s!r}"
+                )
+            edges[(a, b)] = s
+    cycle = find_cycle(ids, edges)
+    if cycle:
+        raise UserError(f"{root / 'dependencies.csv'}: dependency cycle {' -> '.join(cycle)}")
+    srs = {
+        m: (root / "srs" / m / "SRS.md").read_text()
+        for m in ids
+        if (root / "srs" / m / "SRS.md").exists()
+    }
+    cls = {
+        m: json.loads(p.read_text())
+        for m in ids
+        if (p := root / "test_results" / m / f"{m}_classification.json").exists()
+    }
+    return Dataset(
+        root,
+        meta,
+        rows,
+        edges,
+        _lines(root / "selected_milestone_ids.txt") or ids,
+        _lines(root / "non-graded_milestone_ids.txt"),
+        srs,
+        cls,
+    )
