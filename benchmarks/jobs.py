@@ -4,7 +4,7 @@ Runs ``icml26 reproduce CLAIMS --scale tiny`` three times through the real CLI (
 so imports and model loads count), checks that the records agree field by field (minus timings),
 and prints the wall-clock ratios for benchmarks/RESULTS.md. Ray's start-up is timed separately.
 
-    python benchmarks/jobs.py [claim ...]     # default: binarypc tie atlas smollm2-perplexity
+    python benchmarks/jobs.py [claim ...]     # default: binarypc tie deepcommit smollm2-perplexity
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-CLAIMS = sys.argv[1:] or ["binarypc", "tie", "atlas", "smollm2-perplexity"]
+CLAIMS = sys.argv[1:] or ["binarypc", "tie", "deepcommit", "smollm2-perplexity"]
 ICML26 = str(Path(sys.executable).with_name("icml26"))
 
 

@@ -215,11 +215,12 @@ CLAIMS: list[Claim] = [
     Claim(
         name="skillpro",
         paper="Learning Reusable Skills from Experience via Non-Parametric PPO for LLM Agents",
-        statement="A procedural skill library evolved by non-parametric PPO raises agent returns "
-        "without weight updates.",
-        paper_figure="skill reuse 92.5% on Mastermind-v0; returns 0.463 / 0.333 (Hard / Extreme)",
+        statement="A PPO-gated, maintained skill pool raises agent return over no skills at small "
+        "prompt cost (Mastermind-v0; mechanism check with a scripted policy).",
+        paper_figure="Mastermind-v0 reuse 92.5%; Hard/Extreme return 0.463/0.333 [third-party note]",
         area=APPS,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
+        run=lazy("icml26.skillpro.claim:run"),
     ),
     Claim(
         name="cyberpal",

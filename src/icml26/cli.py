@@ -42,6 +42,7 @@ METHOD_CLIS: dict[str, str] = {
     "quartet2": "icml26.quartet2.cli:app",
     "quatro": "icml26.quatro.cli:app",
     "restore": "icml26.restore.cli:app",
+    "skillpro": "icml26.skillpro.cli:app",
     "tie": "icml26.tie.cli:app",
     "uds": "icml26.uds.cli:app",
 }
