@@ -67,4 +67,4 @@ def test_tiny_claim_runs_on_smollm2(tmp_path):
     )
     assert rec["error"] is None, rec["error"]
     assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive")
-    assert sum(r.get("n", 0) for r in rec["rows"] if r.get("category") != "summary") == 24
+    assert sum(r.get("n", 0) for r in rec["rows"] if r.get("category") != "summary") == 12

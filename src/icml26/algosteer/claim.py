@@ -53,8 +53,8 @@ def grid_config(scale: str, model: str = "smollm2", seed: int = 0) -> GridConfig
         return GridConfig(
             tasks=("fib",),
             cues=("none", "none_resampled", "performance"),
-            samples=8,
-            max_new_tokens=96,
+            samples=4,
+            max_new_tokens=64,
             seed=seed,
             model=model,
         )
