@@ -1,34 +1,13 @@
 """Blame and symbol edges, Strong/Weak typing, cycle cutting, topological order."""
 
-import os
 import subprocess
 
 import numpy as np
 import pytest
+from deepcommit_gitutil import commit
 
 from icml26.deepcommit.dag import build_dag, find_cycle, topo_order
 from icml26.deepcommit.history import load_history
-
-ENV = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def commit(repo, files, msg, t):
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    d = f"@{1_700_000_000 + t} +0000"
-    env = {
-        **os.environ,
-        **ENV,
-        "GIT_AUTHOR_NAME": "A",
-        "GIT_AUTHOR_EMAIL": "a@x",
-        "GIT_COMMITTER_NAME": "A",
-        "GIT_COMMITTER_EMAIL": "a@x",
-        "GIT_AUTHOR_DATE": d,
-        "GIT_COMMITTER_DATE": d,
-    }
-    for args in (["add", "-A"], ["commit", "-q", "-m", msg]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
 
 
 @pytest.fixture

@@ -1,35 +1,14 @@
 """Verification (F2P/P2P/N2P/filtered) and trials on a hand-built repository with known truth."""
 
-import os
 import subprocess
 
 import pytest
+from deepcommit_gitutil import commit
 
 from icml26.deepcommit.dag import Dag
 from icml26.deepcommit.harness import ScriptedAgent, TrialSpec, _unlocked, depths, run_trial
 from icml26.deepcommit.history import load_history
 from icml26.deepcommit.verify import verify
-
-ENV = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def commit(repo, files, msg, t):
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    d = f"@{1_700_000_000 + t} +0000"
-    env = {
-        **os.environ,
-        **ENV,
-        "GIT_AUTHOR_NAME": "A",
-        "GIT_AUTHOR_EMAIL": "a@x",
-        "GIT_COMMITTER_NAME": "A",
-        "GIT_COMMITTER_EMAIL": "a@x",
-        "GIT_AUTHOR_DATE": d,
-        "GIT_COMMITTER_DATE": d,
-    }
-    for args in (["add", "-A"], ["commit", "-q", "-m", msg]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
 
 
 @pytest.fixture(scope="module")

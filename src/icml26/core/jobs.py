@@ -199,12 +199,15 @@ class _Threaded(Backend):
 
     def _one(self, job: Job) -> dict:
         claim = job.claim()
-        if claim.unit_functions() is None:
+        if not self._split[job]:
             return self._whole(job)
         return run_claim(claim, map_units=lambda c, ctxs: self._units(job, c, ctxs),
                          **job.kwargs())
 
     def run(self, jobs, on_done, progress=None):
+        # Which claims split into units: decided here, one import at a time (imports racing in
+        # the driver threads can half-initialise a package such as scipy).
+        self._split = {job: job.claim().unit_functions() is not None for job in jobs}
         self._prepare(jobs)
         with cf.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as threads:
             futures = {threads.submit(self._one, job): job for job in jobs}

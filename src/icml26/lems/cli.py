@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-
-@contextlib.contextmanager
-def _user_errors():
-    """A UserError becomes one line on stderr and exit status 2 (as in the main CLI)."""
-    from icml26.core.errors import UserError
-
-    try:
-        yield
-    except UserError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-
+from icml26.core.errors import exit_on_user_error as _user_errors
 
 app = typer.Typer(help="LEMS + KFAC-SVD: low-rank compression of an HF causal LM to a parameter "
                   "budget (fraction of linear weights kept).", no_args_is_help=True)
