@@ -53,11 +53,11 @@ def test_claim_headline_on_a_scripted_backend(tmp_path, monkeypatch):
     assert rows["performance"]["max_shift_pp"] == "naive -50" or rows["performance"][
         "max_shift_pp"
     ].startswith("matrix +100")
-    assert rows["performance"]["p"] < 0.01
+    assert rows["performance"]["p"] < 0.05  # 4 vs 4 samples at tiny: perfect separation
     for fig in rec["figures"]:
         assert (tmp_path / fig).stat().st_size > 1000
     lines = (tmp_path / "algosteer" / "tiny" / "runs.jsonl").read_text().splitlines()
-    assert len(lines) == 1 + 24 and json.loads(lines[0])["kind"] == "header"
+    assert len(lines) == 1 + 12 and json.loads(lines[0])["kind"] == "header"
 
 
 @pytest.mark.slow

@@ -98,7 +98,10 @@ def test_claim_that_raises_is_an_error_not_a_retry(tmp_path):
 
 def test_ctrl_c_keeps_finished_records(tmp_path):
     script = textwrap.dedent(f"""
-        import sys
+        import signal, sys
+        # what a terminal gives a CLI; test runners (xdist workers) may pass SIGINT ignored or
+        # defaulted to their children
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from icml26.core.jobs import Job, LocalProcesses
         fast = Job("fast", "tiny", options=(("samples", "1000"), ("units", "1")),
                    out_root={str(tmp_path)!r}, threads=1, run_target={DEMO!r})
@@ -118,7 +121,7 @@ def test_ctrl_c_keeps_finished_records(tmp_path):
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted" in out
+    assert proc.returncode == 130 and "interrupted" in out, (proc.returncode, out)
     assert load_record(tmp_path / "fast" / "tiny.json")["verdict"] == "reproduced"
     assert not (tmp_path / "slow" / "tiny.json").exists()
     _no_temp_files(tmp_path)

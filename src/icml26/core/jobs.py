@@ -212,10 +212,17 @@ class _Threaded(Backend):
         with cf.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as threads:
             futures = {threads.submit(self._one, job): job for job in jobs}
             try:
-                for fut in cf.as_completed(futures):
-                    record = fut.result()
-                    with self._lock:
-                        on_done(futures[fut], record)
+                pending = set(futures)
+                while pending:
+                    # Short waits, not one blocking wait: the OS may deliver Ctrl-C to any of the
+                    # driver's threads, and the main thread only raises KeyboardInterrupt when it
+                    # next runs Python code.
+                    done, pending = cf.wait(pending, timeout=0.2,
+                                            return_when=cf.FIRST_COMPLETED)
+                    for fut in done:
+                        record = fut.result()
+                        with self._lock:
+                            on_done(futures[fut], record)
             except BaseException:
                 self._cancelled.set()
                 for f in futures:
