@@ -262,10 +262,14 @@ class LocalProcesses(_Threaded):
                 pool, generation = self._pool, self._generation
             try:
                 return pool.submit(fn, *args).result()
-            except (cf.process.BrokenProcessPool, cf.CancelledError):
+            except Exception as exc:
+                # once Ctrl-C cancelled the run, whatever a task ends with (a broken pool, a
+                # cancelled future, "cannot schedule new futures after shutdown") is that
+                # cancellation: no record may be written for it
                 if self._cancelled.is_set():
                     raise JobsCancelled from None
-                if attempt == self.max_retries:
+                if not isinstance(exc, cf.process.BrokenProcessPool) or \
+                        attempt == self.max_retries:
                     raise
                 with self._lock:
                     if generation == self._generation:  # first thread to notice rebuilds
