@@ -125,40 +125,14 @@ def action_logprobs(
     """Sum of ``log p(action tokens | prompt)`` per pair, float64 (n,), teacher-forced.
 
     Prompt and action are tokenised separately (no special tokens added to the action) and
-    right-padded per batch, so results do not depend on the batch they share.
+    right-padded per batch, so results do not depend on the batch they share. This is
+    :func:`icml26.core.mcq.choice_logprobs`, the shared scorer.
     """
-    import torch
+    from icml26.core.mcq import choice_logprobs
 
     if len(prompts) != len(actions):
         raise ValueError(f"{len(prompts)} prompts vs {len(actions)} actions")
-    device = next(model.parameters()).device
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    out = np.zeros(len(prompts), dtype=np.float64)
-    for start in range(0, len(prompts), batch_size):
-        seqs, spans = [], []
-        for p, a in zip(
-            prompts[start : start + batch_size], actions[start : start + batch_size], strict=True
-        ):
-            p_ids = tok(p, add_special_tokens=True)["input_ids"]
-            a_ids = tok(a, add_special_tokens=False)["input_ids"]
-            if not a_ids:
-                raise ValueError(f"action {a!r} tokenises to nothing")
-            seqs.append(p_ids + a_ids)
-            spans.append((len(p_ids), len(a_ids)))
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s)
-            mask[i, : len(s)] = 1
-        with torch.inference_mode():
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-            logp = torch.log_softmax(logits.float(), dim=-1)
-        for i, (p_len, a_len) in enumerate(spans):
-            pos = torch.arange(p_len - 1, p_len - 1 + a_len, device=logp.device)
-            tgt = ids[i, p_len : p_len + a_len].to(logp.device)
-            out[start + i] = float(logp[i, pos, tgt].double().sum())
-    return out
+    return choice_logprobs(model, tok, prompts, actions, batch_size=batch_size)
 
 
 class LMScorer:
