@@ -46,8 +46,10 @@ def load_items(per_task: int, seed: int = 0):
     return items
 
 
-def llm_tables(ctx: RunContext, items, model_path=None) -> tuple[dict, float]:
-    """Choice log-prob tables per (format, drop), memoised in the run folder (resumable)."""
+def llm_tables(ctx: RunContext, items, model_path=None) -> tuple[dict, float, tuple | None]:
+    """Choice log-prob tables per (format, drop), memoised in the run folder (resumable).
+
+    Returns (tables, seconds, (model, tokenizer) if it had to be loaded, else None)."""
     import torch
 
     from icml26.core.lm import load_lm
@@ -69,12 +71,12 @@ def llm_tables(ctx: RunContext, items, model_path=None) -> tuple[dict, float]:
                 memo.put(key, choice_logprob_table(model, tok, items, fmt, d))
             tables[key] = memo.get(key)
             tick()
-    return tables, time.perf_counter() - t0
+    return tables, time.perf_counter() - t0, None if model is None else (model, tok)
 
 
 def part_c(ctx: RunContext, st: dict) -> tuple[list[dict], list[str], dict]:
     items = load_items(st["llm_items_per_task"], seed=ctx.seed)
-    tables, lm_s = llm_tables(ctx, items, st.get("llm_model"))
+    tables, lm_s, lm = llm_tables(ctx, items, st.get("llm_model"))
     grid = examinee_grid(FORMATS, DROPS, TEMPS, st["llm_sample_seeds"])
     Y_all = response_matrix(tables, items, grid, seed=ctx.seed)
     configs = sorted({e.config for e in grid})
@@ -120,7 +122,7 @@ def part_c(ctx: RunContext, st: dict) -> tuple[list[dict], list[str], dict]:
                       ["theta_mae"] for p in per_seed])
     acc_by_cfg = {c: float(Y_all[[i for i, e in enumerate(grid) if e.config == c and
                                   e.temperature == 0]].mean()) for c in configs}
-    live = live_cat(ctx, st, items, tables) if st.get("llm_live", 1) else None
+    live = live_cat(ctx, st, items, tables, grid, Y_all, lm) if st.get("llm_live", 1) else None
     notes = [
         f"(c) {len(items)} BIG-bench items ({len(TASKS)} tasks x {st['llm_items_per_task']}), "
         f"{len(grid)} examinees = 2 formats x drops {DROPS} x T {TEMPS} x "
@@ -164,8 +166,10 @@ def _figure(ctx: RunContext, scatter) -> str:
     return str(path)
 
 
-def live_cat(ctx: RunContext, st: dict, items, tables) -> dict:
-    """Fit on all examinees but the letter|drop0 configuration, then test it live."""
+def live_cat(ctx: RunContext, st: dict, items, tables, grid, Y_all, lm=None) -> dict:
+    """Fit on all examinees but the letter|drop0 configuration, then test it live.
+
+    ``lm``: the (model, tokenizer) already loaded for the tables, if any (else loaded here)."""
     import torch
 
     from icml26.atlas.cat import AdaptiveTest
@@ -173,8 +177,6 @@ def live_cat(ctx: RunContext, st: dict, items, tables) -> dict:
     from icml26.core.mcq import score_mcq
 
     config = "letter|drop0"
-    grid = examinee_grid(FORMATS, DROPS, TEMPS, st["llm_sample_seeds"])
-    Y_all = response_matrix(tables, items, grid, seed=ctx.seed)
     train = np.array([e.config != config for e in grid])
     resp = Responses.from_array(Y_all[train], models=[e.name for e in np.array(grid)[train]],
                                 items=[it.id for it in items], source="SmolLM2 examinees")
@@ -182,8 +184,10 @@ def live_cat(ctx: RunContext, st: dict, items, tables) -> dict:
         warnings.simplefilter("ignore", RuntimeWarning)
         bank = calibrate(resp, model="2PL", max_iter=st["max_iter"])
     by_id = {it.id: it for it in items}
-    dtype = torch.bfloat16 if ctx.device == "cpu" else torch.float16
-    model, tok = load_lm(st.get("llm_model"), dtype=dtype, device=ctx.device)
+    if lm is None:
+        dtype = torch.bfloat16 if ctx.device == "cpu" else torch.float16
+        lm = load_lm(st.get("llm_model"), dtype=dtype, device=ctx.device)
+    model, tok = lm
     t0 = time.perf_counter()
     with layers_dropped(model, 0):
         cat = AdaptiveTest(bank, se_stop=0.3, seed=ctx.seed)
