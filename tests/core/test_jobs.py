@@ -97,6 +97,9 @@ def test_claim_that_raises_is_an_error_not_a_retry(tmp_path):
 
 
 def test_ctrl_c_keeps_finished_records(tmp_path):
+    # One worker per unit, so the fast claim never queues behind the slow one (on a loaded
+    # machine a spawned worker's imports alone can take a minute), and the slow units sleep far
+    # longer than any such delay: the slow claim can only end by being cancelled.
     script = textwrap.dedent(f"""
         import signal, sys
         # what a terminal gives a CLI; test runners (xdist workers) may pass SIGINT ignored or
@@ -105,12 +108,12 @@ def test_ctrl_c_keeps_finished_records(tmp_path):
         from icml26.core.jobs import Job, LocalProcesses
         fast = Job("fast", "tiny", options=(("samples", "1000"), ("units", "1")),
                    out_root={str(tmp_path)!r}, threads=1, run_target={DEMO!r})
-        slow = Job("slow", "tiny", options=(("sleep", "60"), ("units", "2")),
+        slow = Job("slow", "tiny", options=(("sleep", "600"), ("units", "2")),
                    out_root={str(tmp_path)!r}, threads=1, run_target={DEMO!r})
         def done(job, rec):
             print("done", job.name, flush=True)
         try:
-            LocalProcesses(2).run([fast, slow], done)
+            LocalProcesses(3).run([fast, slow], done)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             sys.exit(130)

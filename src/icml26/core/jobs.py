@@ -175,6 +175,29 @@ class InProcess(Backend):
             on_done(job, run_claim(job.claim(), progress=progress, **job.kwargs()))
 
 
+@contextlib.contextmanager
+def _ctrl_c_sets(event: threading.Event):
+    """While the driver waits, SIGINT sets ``event`` instead of raising KeyboardInterrupt
+    wherever the main thread happens to be (a half-acquired lock, a pool's bookkeeping, a
+    handler that swallows it). The driver loop turns the event into KeyboardInterrupt itself.
+    Only the main thread can install handlers; elsewhere this does nothing. A SIGINT that the
+    parent chose to ignore stays ignored."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, lambda signum, frame: event.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class _Threaded(Backend):
     """Shared driver logic: one waiting thread per job, the work itself in workers."""
 
@@ -209,17 +232,22 @@ class _Threaded(Backend):
         # the driver threads can half-initialise a package such as scipy).
         self._split = {job: job.claim().unit_functions() is not None for job in jobs}
         self._prepare(jobs)
-        with cf.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as threads:
+        with _ctrl_c_sets(self._cancelled), \
+                cf.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as threads:
             futures = {threads.submit(self._one, job): job for job in jobs}
             try:
                 pending = set(futures)
                 while pending:
-                    # Short waits, not one blocking wait: the OS may deliver Ctrl-C to any of the
-                    # driver's threads, and the main thread only raises KeyboardInterrupt when it
-                    # next runs Python code.
+                    # Short waits, not one blocking wait: Ctrl-C only sets the event (see
+                    # _ctrl_c_sets), and KeyboardInterrupt is raised here, at a known point,
+                    # rather than inside a lock or a pool's bookkeeping.
+                    if self._cancelled.is_set():
+                        raise KeyboardInterrupt
                     done, pending = cf.wait(pending, timeout=0.2,
                                             return_when=cf.FIRST_COMPLETED)
                     for fut in done:
+                        if self._cancelled.is_set():
+                            raise KeyboardInterrupt
                         record = fut.result()
                         with self._lock:
                             on_done(futures[fut], record)
