@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from icml26.core.errors import UserError
-from icml26.sim.cost import HardwareSpec, ModelSpec, RooflineCost
+from icml26.sim.cost import CostModel, HardwareSpec, LinearCost, ModelSpec, RooflineCost
 
-__all__ = ["Cluster", "ReplicaConfig", "PipelineCost", "valid_configs", "place", "rate_table", "replica_cost",
+__all__ = ["Cluster", "ReplicaConfig", "PipelineCost", "Profile", "ProfiledCost", "valid_configs", "place", "rate_table", "replica_cost",
            "check_placement", "min_gpus", "ALLREDUCE_S",
            "llama2_70b", "llama2_13b"]
 
@@ -149,16 +149,19 @@ def _fits(model: ModelSpec, hw: HardwareSpec, g: int, mem_util: float) -> bool:
 
 
 def valid_configs(model: ModelSpec, cluster: Cluster, gpus: int | None = None,
-                  mem_util: float = 0.9) -> list[ReplicaConfig]:
+                  mem_util: float = 0.9, profile: Profile | None = None) -> list[ReplicaConfig]:
     """All ``(tp, pp)`` layouts (unplaced) that are valid for ``model`` on ``cluster``; only those
     with ``tp * pp == gpus`` when given. ``tp`` divides the heads and fits a node; ``pp`` divides
-    the layers; the weights fit with room for 4096 KV tokens."""
+    the layers; the weights fit with room for 4096 KV tokens. With a measured ``profile``, only
+    the layouts it covers (a layout nobody measured has no rates)."""
     out = []
     for tp in range(1, cluster.gpus_per_node + 1):
         if model.n_heads % tp:
             continue
         for pp in range(1, cluster.n_gpus // tp + 1):
             if model.n_layers % pp or (gpus is not None and tp * pp != gpus):
+                continue
+            if profile is not None and (tp, pp) not in profile.costs:
                 continue
             if tp * pp <= cluster.n_gpus and _fits(model, cluster.gpu, tp * pp, mem_util):
                 out.append(ReplicaConfig(tp, pp))
@@ -216,18 +219,103 @@ def check_placement(configs: Sequence[ReplicaConfig], cluster: Cluster, model: M
                 raise UserError(f"replica {r}: pipeline stage {s} (GPUs {list(stage)}) spans nodes")
 
 
-def replica_cost(model: ModelSpec, cluster: Cluster, c: ReplicaConfig, mem_util: float = 0.9) -> PipelineCost:
+class ProfiledCost(CostModel):
+    """A measured whole-replica iteration time (:class:`~icml26.sim.cost.LinearCost`) with the KV
+    capacity the model's memory arithmetic gives for the layout (what vLLM's profiler reports)."""
+
+    def __init__(self, cost: LinearCost, kv_tokens: int):
+        self.cost, self.kv_tokens = cost, int(kv_tokens)
+
+    def kv_capacity_tokens(self) -> int:
+        return self.kv_tokens
+
+    def forward_time(self, new_tokens, contexts) -> float:
+        return self.cost.forward_time(new_tokens, contexts)
+
+    def decode_run_time(self, contexts, k) -> float:
+        return self.cost.decode_run_time(contexts, k)
+
+
+#: columns of a measured profile CSV (one row per timed engine iteration)
+PROFILE_COLUMNS = ("tp", "pp", "new_tokens", "num_seqs", "context_tokens", "time_s")
+
+
+class Profile:
+    """Measured per-layout iteration times: ``{(tp, pp): LinearCost}``.
+
+    :meth:`from_csv` reads rows ``tp, pp, new_tokens, num_seqs, context_tokens, time_s`` (one
+    timed engine step of a ``tp x pp`` replica: tokens computed, sequences in the batch, cached
+    tokens before the step, seconds) and fits one :class:`~icml26.sim.cost.LinearCost` per layout
+    by non-negative least squares. Pipeline replicas are timed as a whole (a step's wall time), so
+    the fit already contains the stages' latency. Rates then come from these fits instead of the
+    roofline; only profiled layouts are searched.
+    """
+
+    def __init__(self, costs: dict[tuple[int, int], LinearCost], source: str = ""):
+        if not costs:
+            raise UserError(f"profile {source or ''} has no layouts".replace("  ", " "))
+        self.costs, self.source = dict(costs), source
+
+    @classmethod
+    def from_rows(cls, rows, source: str = "profile") -> Profile:
+        groups: dict[tuple[int, int], list] = {}
+        for i, r in enumerate(rows, start=2):  # row 1 is the CSV header
+            try:
+                tp, pp = int(r["tp"]), int(r["pp"])
+            except (KeyError, TypeError, ValueError):
+                raise UserError(f"{source} row {i}: need integer columns tp, pp "
+                                f"(columns: {', '.join(PROFILE_COLUMNS)}); got {dict(r)}") from None
+            if tp < 1 or pp < 1:
+                raise UserError(f"{source} row {i}: tp and pp must be >= 1; got tp={tp}, pp={pp}")
+            groups.setdefault((tp, pp), []).append(r)
+        costs = {}
+        for lay, rs in sorted(groups.items()):
+            try:
+                costs[lay] = LinearCost.fit(rs)
+            except UserError as e:
+                raise UserError(f"{source}, layout tp={lay[0]} pp={lay[1]}: {e}") from None
+        return cls(costs, source)
+
+    @classmethod
+    def from_csv(cls, path) -> Profile:
+        import csv
+        from pathlib import Path
+
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"profile file not found: {path}")
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        if not rows:
+            raise UserError(f"{path}: no rows (expected columns {', '.join(PROFILE_COLUMNS)})")
+        return cls.from_rows(rows, str(path))
+
+    def cost(self, model: ModelSpec, cluster: Cluster, c: ReplicaConfig, mem_util: float = 0.9) -> ProfiledCost:
+        if c.layout not in self.costs:
+            have = ", ".join(f"tp={t} pp={p}" for t, p in sorted(self.costs))
+            raise UserError(f"{self.source}: layout tp={c.tp} pp={c.pp} was not profiled (profiled: {have})")
+        kv = PipelineCost(model, cluster.gpu, c.tp, c.pp, mem_util).kv_capacity_tokens()
+        return ProfiledCost(self.costs[c.layout], kv)
+
+
+def replica_cost(model: ModelSpec, cluster: Cluster, c: ReplicaConfig, mem_util: float = 0.9,
+                 profile: Profile | None = None) -> CostModel:
+    """The cost model of one replica: measured (``profile``) when given, else the roofline."""
+    if profile is not None:
+        return profile.cost(model, cluster, c, mem_util)
     return PipelineCost(model, cluster.gpu, c.tp, c.pp, mem_util)
 
 
 def rate_table(model: ModelSpec, cluster: Cluster, replicas: Sequence[ReplicaConfig],
                type_lengths: np.ndarray, max_num_seqs: int = 256, headroom: float = 0.15,
                max_num_batched_tokens: int = 8192,
-               mem_util: float = 0.9, cache: dict | None = None) -> np.ndarray:
+               mem_util: float = 0.9, cache: dict | None = None,
+               profile: Profile | None = None) -> np.ndarray:
     """``n[k, j]`` float64 requests/s of replica ``k`` on type ``j`` alone.
 
     ``type_lengths``: ``(K, 2)`` mean (input, output) tokens per type. ``headroom``: KV fraction
-    kept free (paper: 10-20%). ``cache``: optional dict memoising by layout.
+    kept free (paper: 10-20%). ``cache``: optional dict memoising by layout. ``profile``:
+    measured iteration times per layout (:class:`Profile`) instead of the roofline.
     """
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom must be in [0, 1); got {headroom}")
@@ -238,7 +326,7 @@ def rate_table(model: ModelSpec, cluster: Cluster, replicas: Sequence[ReplicaCon
         if cache is not None and key in cache:
             out[k] = cache[key]
             continue
-        cost = replica_cost(model, cluster, c, mem_util)
+        cost = replica_cost(model, cluster, c, mem_util, profile)
         kv = cost.kv_capacity_tokens() * (1 - headroom)
         for j, (i_len, o_len) in enumerate(L):
             ctx = i_len + o_len / 2

@@ -37,11 +37,13 @@ from icml26.sim.engine import LeastLoadedRouter
 TARGET = 1.3
 
 
-def simulate_plan(plan: Plan, model, cluster, requests, router, max_num_seqs=256) -> dict:
-    """Replay ``requests`` on ``plan``'s replicas; ``summarize`` of the records."""
+def simulate_plan(plan: Plan, model, cluster, requests, router, max_num_seqs=256,
+                  profile=None) -> dict:
+    """Replay ``requests`` on ``plan``'s replicas (measured ``profile`` costs when given, else the
+    roofline); ``summarize`` of the records."""
     engines = []
     for i, r in enumerate(plan.replicas):
-        cost = replica_cost(model, cluster, r)
+        cost = replica_cost(model, cluster, r, profile=profile)
         engines.append(Engine(EngineConfig(max_num_seqs=max_num_seqs, kv_tokens=cost.kv_capacity_tokens()),
                               cost, FCFSQueue(), index=i))
     return summarize(simulate(requests, engines, router))

@@ -19,6 +19,19 @@ def _hw(name: str):
     return table[name.lower()]()
 
 
+PROFILE_HELP = ("measured iteration times, CSV with columns tp,pp,new_tokens,num_seqs,context_tokens,time_s "
+                "(one row per timed engine step); rates come from it instead of the roofline, and only "
+                "its layouts are searched")
+
+
+def _profile(path: Path | None):
+    if path is None:
+        return None
+    from icml26.oserve.capacity import Profile
+
+    return Profile.from_csv(path)
+
+
 def _setup(trace: Path, model_config: Path, nodes: int, gpus_per_node: int, gpu: str, k: int, seed: int):
     import numpy as np
 
@@ -41,16 +54,19 @@ def plan(trace: Path = typer.Option(..., help="Azure / BurstGPT / native CSV tra
          model_config: Path = typer.Option(..., help="HF config.json of the model"),
          model: str = typer.Option("MODEL", help="model name or path written into the launch scripts"),
          nodes: int = 1, gpus_per_node: int = 8, gpu: str = "h100", k: int = 4, seed: int = 0,
-         patience: int = 20, out: Path = typer.Option(..., "-o", "--out", help="output folder")):
+         patience: int = 20, out: Path = typer.Option(..., "-o", "--out", help="output folder"),
+         profile: Path | None = typer.Option(None, help=PROFILE_HELP)):
     """Fit types, estimate per-type rates, search a deployment, write plan + launch scripts + router."""
     from icml26.oserve.launch import write_plan_dir
     from icml26.oserve.search import Scorer, best_homogeneous, search
 
+    prof = _profile(profile)
     _, spec, cluster, types, lam = _setup(trace, model_config, nodes, gpus_per_node, gpu, k, seed)
-    sc = Scorer(spec, cluster, types.mean_lengths_, lam)
+    sc = Scorer(spec, cluster, types.mean_lengths_, lam, profile=prof)
     p = search(sc, patience=patience, seed=seed)
     h = best_homogeneous(sc)
-    write_plan_dir(out, p, types, lam, model, {"best_homogeneous": h.describe(), "homogeneous_capacity_scale": h.score})
+    write_plan_dir(out, p, types, lam, model, {"best_homogeneous": h.describe(), "homogeneous_capacity_scale": h.score,
+                                               "cost_model": f"profile {profile}" if prof else "roofline"})
     typer.echo(f"{p.describe()}: capacity x{p.score:.3f} of the trace's rate "
                f"(best homogeneous {h.describe()}: x{h.score:.3f}); wrote {out}")
 
@@ -58,7 +74,7 @@ def plan(trace: Path = typer.Option(..., help="Azure / BurstGPT / native CSV tra
 @app.command()
 def simulate(trace: Path = typer.Option(...), plan_dir: Path = typer.Option(..., "--plan"),
              model_config: Path = typer.Option(...), nodes: int = 1, gpus_per_node: int = 8, gpu: str = "h100",
-             k: int = 4, seed: int = 0):
+             k: int = 4, seed: int = 0, profile: Path | None = typer.Option(None, help=PROFILE_HELP)):
     """Replay a trace through a written plan (LP weights) in icml26.sim; print latency stats."""
     import json
 
@@ -80,6 +96,6 @@ def simulate(trace: Path = typer.Option(...), plan_dir: Path = typer.Option(...,
     x = np.array(d["x_req_s"], dtype=float)
     lab = dict(zip([r.id for r in reqs], types.assign(reqs), strict=True))
     s = simulate_plan(Plan(reps, d.get("capacity_scale", 0.0), x), spec, cluster, reqs,
-                      WeightedTypeRouter(x, lambda r: lab[r.id]))
+                      WeightedTypeRouter(x, lambda r: lab[r.id]), profile=_profile(profile))
     for key in ("n", "e2e_p50", "e2e_p99", "ttft_p99", "throughput_tok_s"):
         typer.echo(f"{key}: {s[key]:.3f}")

@@ -55,6 +55,8 @@ class Scorer:
 
     def __init__(self, model: ModelSpec, cluster: Cluster, type_lengths, lam, **rate_kw):
         self.model, self.cluster = model, cluster
+        #: measured per-layout costs (``rate_kw["profile"]``): only those layouts are searched
+        self.profile = rate_kw.get("profile")
         self.type_lengths = np.asarray(type_lengths, dtype=float)
         self.lam = np.asarray(lam, dtype=float)
         self.rate_kw = rate_kw
@@ -82,9 +84,9 @@ class Scorer:
         return Plan(placed, self(key), x, seconds, self.evaluated, list(history))
 
 
-def _layouts_by_gpus(model, cluster) -> dict[int, list[tuple[int, int]]]:
+def _layouts_by_gpus(model, cluster, profile=None) -> dict[int, list[tuple[int, int]]]:
     out: dict[int, list[tuple[int, int]]] = {}
-    for c in valid_configs(model, cluster):
+    for c in valid_configs(model, cluster, profile=profile):
         out.setdefault(c.gpus, []).append(c.layout)
     return out
 
@@ -93,15 +95,20 @@ def best_homogeneous(scorer: Scorer) -> Plan:
     """The best deployment of identical replicas (exhaustive over the uniform layouts)."""
     t0 = time.perf_counter()
     best, best_s = None, -np.inf
-    for c in valid_configs(scorer.model, scorer.cluster):
+    for c in valid_configs(scorer.model, scorer.cluster, profile=scorer.profile):
         m = scorer.cluster.n_gpus // c.gpus
         while m >= 1 and scorer([c.layout] * m) < 0:
             m -= 1
         if m >= 1 and scorer([c.layout] * m) > best_s:
             best, best_s = [c.layout] * m, scorer([c.layout] * m)
     if best is None:
+        from icml26.core.errors import UserError
         from icml26.oserve.capacity import min_gpus
         min_gpus(scorer.model, scorer.cluster)  # raises naming the minimum
+        if scorer.profile is not None:
+            have = ", ".join(f"tp={t} pp={p}" for t, p in sorted(scorer.profile.costs))
+            raise UserError(f"{scorer.profile.source}: none of the profiled layouts ({have}) is valid "
+                            f"for {scorer.model.name} on {scorer.cluster.n_gpus} x {scorer.cluster.gpu.name}")
     return scorer.plan(best, time.perf_counter() - t0)
 
 
@@ -110,7 +117,7 @@ def search(scorer: Scorer, start: Sequence[tuple[int, int]] | None = None, patie
     """The paper's bottleneck/redundant GPU-moving search (see the module docstring)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    by_g = _layouts_by_gpus(scorer.model, scorer.cluster)
+    by_g = _layouts_by_gpus(scorer.model, scorer.cluster, scorer.profile)
     cur = list(start) if start is not None else [r.layout for r in best_homogeneous(scorer).replicas]
     cur_s = scorer(cur)
     hist, stale = [cur_s], 0
@@ -159,7 +166,7 @@ def exhaustive(scorer: Scorer, max_gpus: int = 16) -> Plan:
     if scorer.cluster.n_gpus > max_gpus:
         raise ValueError(f"exhaustive search is limited to {max_gpus} GPUs; cluster has {scorer.cluster.n_gpus}")
     t0 = time.perf_counter()
-    lays = sorted(lay for ls in _layouts_by_gpus(scorer.model, scorer.cluster).values() for lay in ls)
+    lays = sorted(lay for ls in _layouts_by_gpus(scorer.model, scorer.cluster, scorer.profile).values() for lay in ls)
     gmin = min(t * p for t, p in lays)
     D = scorer.cluster.n_gpus
     best, best_s = None, -np.inf
