@@ -9,8 +9,16 @@ ChemCensor with template maps, ChemCensor with RXNMapper (when its worker is ins
 RDKit validity + element balance. Headline: AUROC of the ChemCensor (template maps) level for
 {a, b} vs {c, d}, mean over data seeds, spread = widest 95% bootstrap interval over targets.
 
+Candidate class (e): SmolLM2 few-shot proposals (``llm_targets`` targets x ``llm_n`` samples,
+nearest-product examples from the DB), unlabelled, so outside the AUROC; scored with the
+RXNMapper system (they carry no atom maps) and reported as a level histogram, exact@K and
+plausibility@K. The rdchiral template round trip is a diagnostic system (rdchiral installed).
+
 Options: ``rxnmapper`` (0/1; default 1 at small/full when the worker is installed, 0 at tiny),
-``seeds`` (number of data seeds; tiny 1, small 2).
+``seeds`` (number of data seeds; tiny 1, small 2), ``llm`` (a chat spec for
+:func:`icml26.core.chat.get_chat`, e.g. ``local`` = SmolLM2 or ``http://HOST/v1#MODEL``; ``0``
+= none; default ``local`` at small/full, ``0`` at tiny), ``llm_targets`` (50), ``llm_n`` (5),
+``llm_shots`` (3), ``llm_temperature`` (0.7), ``rdchiral`` (0/1; default 1 when installed).
 """
 
 from __future__ import annotations
@@ -61,7 +69,51 @@ def _rxnmapper_ok() -> bool:
     return (rxnmapper_site() / "rxnmapper").is_dir()
 
 
-def _one_seed(ctx: RunContext, seed: int, use_mapper: bool, mols) -> dict:
+def _rdchiral_ok() -> bool:
+    try:
+        import rdchiral.main  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _llm_candidates(ctx: RunContext, spec: str, targets, db_rx, seed: int) -> list[dict]:
+    """(e): few-shot proposals of the chat model ``spec`` for the first targets."""
+    from icml26.chemcensor.propose import nearest_examples, propose
+    from icml26.core.chat import get_chat
+
+    n_t = int(ctx.options.get("llm_targets", 50))
+    n = int(ctx.options.get("llm_n", 5))
+    shots = int(ctx.options.get("llm_shots", 3))
+    temp = float(ctx.options.get("llm_temperature", 0.7))
+    chosen = targets[:n_t]
+    corpus = [(g.product, ".".join(g.reactants)) for g in db_rx]
+    examples = nearest_examples([g.product for g in chosen], corpus, k=shots, seed=seed)
+    chat = get_chat(spec)
+    props = propose(
+        chat,
+        [g.product for g in chosen],
+        examples,
+        n=n,
+        temperature=temp,
+        seed=seed,
+        progress=ctx.progress,
+    )
+    out = []
+    for ti, (g, ps) in enumerate(zip(chosen, props, strict=True)):
+        for rank, p in enumerate(ps):
+            out.append({"target": ti, "rank": rank, "gold": ".".join(g.reactants), **p})
+    return out
+
+
+def _one_seed(
+    ctx: RunContext,
+    seed: int,
+    use_mapper: bool,
+    mols,
+    llm: str | None = None,
+    use_rdchiral: bool = False,
+) -> dict:
     n_db = ctx.pick(tiny=300, small=8000, full=20000)
     n_targets = ctx.pick(tiny=30, small=300, full=1000)
     n_forbidden = ctx.pick(tiny=10, small=100, full=300)
@@ -117,6 +169,30 @@ def _one_seed(ctx: RunContext, seed: int, use_mapper: bool, mols) -> dict:
         agreement = same / max(1, len(gold_idx))
         rxm._worker.close()
     scores["RDKit validity + balance"] = [float(valid_balanced(r)) for r in rxn_list]
+    if use_rdchiral:
+        from icml26.chemcensor.roundtrip import roundtrip_mapped
+
+        scores["rdchiral template round trip"] = [
+            float(bool(roundtrip_mapped(r).ok))
+            for r in ctx.progress.track(rxn_list, len(rxn_list), "rdchiral round trips")
+        ]
+    llm_items = _llm_candidates(ctx, llm, targets, db_rx, seed) if llm else []
+    if llm_items:
+        from icml26.chemcensor.roundtrip import roundtrip
+
+        e_rxns = [it["rxn_smiles"] for it in llm_items]
+        gsets = [canonical_set(it["gold"]) for it in llm_items]
+        for it, r, gs in zip(llm_items, e_rxns, gsets, strict=True):
+            it["exact"] = int(canonical_set(it["reactants"]) == gs) if it["reactants"] else 0
+            it["valid_balanced"] = valid_balanced(r)
+        if use_mapper:
+            rxm = ChemCensor(db, mapper="rxnmapper")
+            for it, item in zip(llm_items, rxm.process_many(e_rxns), strict=True):
+                lv = rxm._level_of(item)
+                it["level"], it["stage"] = lv.value, lv.stage
+                if use_rdchiral and isinstance(item, tuple):
+                    it["rdchiral"] = int(bool(roundtrip(item[0]).ok))
+            rxm._worker.close()
     held_levels = [lv.value for lv in tmpl.score_many([g.mapped for g in held])] if held else []
     return {
         "items": items,
@@ -127,6 +203,7 @@ def _one_seed(ctx: RunContext, seed: int, use_mapper: bool, mols) -> dict:
         "n_db": len(db),
         "db_failures": dict(db.build_failures),
         "n_targets": len(targets),
+        "llm": llm_items,
     }
 
 
@@ -151,8 +228,22 @@ def run(ctx: RunContext) -> Result:
     n_seeds = int(ctx.options.get("seeds", ctx.pick(tiny=1, small=2, full=3)))
     want_mapper = ctx.options.get("rxnmapper", "0" if ctx.scale == "tiny" else "1") == "1"
     use_mapper = want_mapper and _rxnmapper_ok()
+    llm_spec = ctx.options.get("llm", ctx.pick(tiny="0", small="local", full="local"))
+    use_llm = llm_spec not in ("0", "", "none")
+    want_rdchiral = ctx.options.get("rdchiral", "1") == "1"
+    use_rdchiral = want_rdchiral and _rdchiral_ok()
     mols = molecule_pool(limit=ctx.pick(tiny=1200, small=None, full=None), seed=ctx.seed)
-    runs = [_one_seed(ctx, ctx.seed + k, use_mapper and k == 0, mols) for k in range(n_seeds)]
+    runs = [
+        _one_seed(
+            ctx,
+            ctx.seed + k,
+            use_mapper and k == 0,
+            mols,
+            llm=llm_spec if use_llm and k == 0 else None,
+            use_rdchiral=use_rdchiral,
+        )
+        for k in range(n_seeds)
+    ]
     rows = []
     head_vals, head_lo, head_hi = [], [], []
     for name in runs[0]["scores"]:
@@ -208,6 +299,9 @@ def run(ctx: RunContext) -> Result:
                 "share": round(r0["agreement"], 3),
             }
         )
+    e = r0["llm"]
+    if e:
+        rows.extend(_llm_rows(e))
     figures = _figures(ctx, r0)
     notes = [
         "Reactions are generated, not USPTO: our forward RDKit templates applied to RDKit's bundled molecules "
@@ -218,6 +312,27 @@ def run(ctx: RunContext) -> Result:
         "Exact match gives 1 to (a) only, so its AUROC is 0.5 + 0.5*share(a among positives) (0.75 with as many a as b).",
         "FG library: our 77 SMARTS, not the official hundreds; environment = reactants and product outside the centre.",
     ]
+    if e:
+        n_t = len({it["target"] for it in e})
+        notes.append(
+            f"(e) {n_t} targets x {len(e) // max(1, n_t)} proposals of {llm_spec!r} "
+            "(SmolLM2-135M-Instruct for 'local'), few-shot with the DB's most similar products; "
+            "unlabelled, so outside the AUROC; levels from the RXNMapper system (proposals carry no maps)."
+        )
+        if not use_mapper:
+            notes.append(
+                "(e) levels not computed: RXNMapper worker not installed (run `make setup`)."
+            )
+    if want_rdchiral and not use_rdchiral:
+        notes.append(
+            "rdchiral system skipped: rdchiral not installed (pip install rdchiral==1.1.0)."
+        )
+    elif use_rdchiral:
+        notes.append(
+            "rdchiral template round trip (rdchiral 1.1.0): 1 when the retro-template extracted from the "
+            "template-mapped candidate regenerates its reactants from the product; a mapping-consistency "
+            "diagnostic, not a plausibility test (a random cut round-trips too)."
+        )
     if want_mapper and not use_mapper:
         notes.append("RXNMapper system skipped: worker not installed (run `make setup`).")
     elif use_mapper:
@@ -241,20 +356,73 @@ def run(ctx: RunContext) -> Result:
     )
 
 
+def _llm_rows(e: list[dict]) -> list[dict]:
+    """Rows for the (e) LLM proposals: one summary row, exact@K / plausibility@K, a histogram."""
+    from icml26.chemcensor.evaluate import evaluate_topk
+
+    rows = []
+    row = {
+        "system": "(e) LLM proposals",
+        "targets": len({it["target"] for it in e}),
+        "proposals": len(e),
+        "RDKit valid + balanced": round(float(np.mean([it["valid_balanced"] for it in e])), 3),
+        "exact = gold": round(float(np.mean([it["exact"] for it in e])), 3),
+    }
+    scored = [it for it in e if "level" in it]
+    if scored:
+        lv = np.array([it["level"] for it in scored])
+        row["mean level"] = round(float(lv.mean()), 2)
+        row["share level >= 1"] = round(float((lv >= 1).mean()), 3)
+    if any("rdchiral" in it for it in e):
+        row["rdchiral round trip"] = round(float(np.mean([it.get("rdchiral", 0) for it in e])), 3)
+    rows.append(row)
+    if scored:
+        preds: dict[str, list[str]] = {}
+        gold: dict[str, str] = {}
+        levels: dict[str, list[int]] = {}
+        for it in sorted(e, key=lambda x: (x["target"], x["rank"])):
+            t = str(it["target"])
+            preds.setdefault(t, []).append(it["reactants"])
+            gold[t] = it["gold"]
+            levels.setdefault(t, []).append(it.get("level", -1))
+        ks = sorted({1, len(next(iter(preds.values())))})
+        topk = evaluate_topk(preds, gold, ks=ks, levels=levels)
+        rows.append(
+            {
+                "system": "(e) exact@K vs plausibility@K (level >= 1)",
+                **{k: round(v, 3) for k, v in topk.items()},
+            }
+        )
+        hist = Counter(it["level"] for it in scored)
+        rows.append(
+            {
+                "system": "level histogram (e) (RXNMapper)",
+                **{str(v): hist.get(v, 0) for v in range(-1, 6)},
+            }
+        )
+        stages = Counter(it["stage"] for it in scored if it["level"] == -1)
+        rows.append({"system": "(e) failures by stage (RXNMapper)", **dict(stages)})
+    return rows
+
+
 def _figures(ctx: RunContext, r0: dict):
     plt = pyplot()
     cls = np.array([it[1] for it in r0["items"]])
     lv = np.array([x.value for x in r0["levels"]])
-    fig, axes = plt.subplots(1, 4, figsize=(12, 3), sharey=False)
+    e_lv = np.array([it["level"] for it in r0.get("llm", []) if "level" in it])
+    panels = list(CLASSES) + (["e"] if len(e_lv) else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(3 * len(panels), 3), sharey=False)
     names = {
         "a": "(a) gold",
         "b": "(b) valid alternative",
         "c": "(c) corrupted",
         "d": "(d) implausible",
+        "e": "(e) LLM few-shot (RXNMapper)",
     }
-    for ax, c in zip(axes, CLASSES, strict=True):
-        ax.bar(range(-1, 6), [(lv[cls == c] == v).sum() for v in range(-1, 6)])
-        ax.set_title(names[c])
+    for ax, c in zip(axes, panels, strict=True):
+        vals = e_lv if c == "e" else lv[cls == c]
+        ax.bar(range(-1, 6), [(vals == v).sum() for v in range(-1, 6)])
+        ax.set_title(names[c], fontsize=9)
         ax.set_xlabel("ChemCensor level")
     axes[0].set_ylabel("candidates")
     fig.tight_layout()

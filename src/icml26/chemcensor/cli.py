@@ -97,21 +97,39 @@ def score(
         Path | None, typer.Option(help="JSONL checkpoint (default OUT.ckpt.jsonl); rerun resumes.")
     ] = None,
     max_center_type: Annotated[int, typer.Option(help="Widest centre checked (1..4).")] = 4,
+    rdchiral: Annotated[
+        bool,
+        typer.Option(
+            "--rdchiral",
+            help="Add columns rdchiral (1: the extracted rdchiral template regenerates the "
+            "reactants, 0: not, empty: unprocessable) and rdchiral_stage. Needs rdchiral.",
+        ),
+    ] = False,
 ) -> None:
     """Score every proposal; invalid ones get level -1 with their stage."""
     from icml26.chemcensor.scorer import ChemCensor
 
     rows, smiles = _read_rxns(preds)
     censor = ChemCensor(db, max_center_type=max_center_type, mapper=str(mapper))
+    trips = None
+    if rdchiral:
+        from icml26.chemcensor.roundtrip import require_rdchiral, roundtrip_many
+
+        require_rdchiral()  # a missing package fails before any scoring
     ck = checkpoint or out.with_name(out.name + ".ckpt.jsonl")
     levels = censor.score_many(smiles, n_jobs=jobs, checkpoint=ck)
-    for r, lv in zip(rows, levels, strict=True):
+    if rdchiral:
+        trips = roundtrip_many(censor, smiles)
+    for i, (r, lv) in enumerate(zip(rows, levels, strict=True)):
         r.update(
             level=lv.value,
             stage=lv.stage,
             reason=lv.reason,
             confidence="" if lv.confidence is None else lv.confidence,
         )
+        if trips is not None:
+            t = trips[i]
+            r.update(rdchiral="" if t.ok is None else int(t.ok), rdchiral_stage=t.stage)
     _write_csv(out, rows)
     ck.unlink(missing_ok=True)
     hist: dict[int, int] = {}
