@@ -4,7 +4,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from icml26.cat.cli import app
+from icml26.cat.cli import app, quantize_to_folder
 from icml26.cat.model import load_quantized
 from icml26.core.lm import tiny_llama
 
@@ -21,12 +21,15 @@ def tiny_dir(tmp_path_factory):
     return d
 
 
-def test_quantize_reload_same_logits(tiny_dir, tmp_path):
-    out = tmp_path / "q"
+@pytest.mark.parametrize("transform", ["cat", "quarot"])
+def test_quantize_reload_same_logits(tiny_dir, tmp_path, transform):
+    """The folder `icml26 cat quantize` writes reloads to exactly the in-memory model."""
     args = [
         "quantize",
         "--model",
         str(tiny_dir / "model"),
+        "--transform",
+        transform,
         "--calib",
         str(tiny_dir / "calib.txt"),
         "--n-calib",
@@ -38,21 +41,32 @@ def test_quantize_reload_same_logits(tiny_dir, tmp_path):
         "--dtype",
         "float32",
         "-o",
-        str(out),
+        str(tmp_path / "cli"),
     ]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
+    # the same call in-process keeps the quantized model in memory
+    mem = quantize_to_folder(
+        tmp_path / "lib",
+        model=str(tiny_dir / "model"),
+        transform=transform,
+        calib=tiny_dir / "calib.txt",
+        n_calib=4,
+        seq_len=128,
+        block=16,
+        dtype="float32",
+    )
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(tiny_dir / "model", dtype=torch.float32).eval()
-    ids = torch.randint(0, 250, (1, 16), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, 250, (2, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         fp = base(input_ids=ids).logits
-        q = load_quantized(out, base)(input_ids=ids).logits
-    assert 0 < (q - fp).abs().max() < 10  # quantized, not broken
-    again = load_quantized(out, AutoModelForCausalLM.from_pretrained(tiny_dir / "model").eval())
-    with torch.no_grad():
-        torch.testing.assert_close(again(input_ids=ids).logits, q, rtol=0, atol=0)
+        want = mem(input_ids=ids).logits
+        for folder in ("cli", "lib"):  # base model named in the manifest, loaded by load_quantized
+            got = load_quantized(tmp_path / folder)(input_ids=ids).logits
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert 0 < (want - fp).abs().max() < 10  # quantized, not broken
     res = runner.invoke(app, args)  # refuses to overwrite
     assert res.exit_code != 0 and "--overwrite" in str(res.exception) + res.output
 

@@ -12,6 +12,7 @@ from icml26.cat.model import (
     save_quantized,
 )
 from icml26.cat.quant import QuantConfig, QuantLinear, quantize_sym
+from icml26.cat.quarot import quarot_layer_transforms, quarot_rotate_
 from icml26.cat.sqnr import SQNRStats, sqnr_terms
 from icml26.cat.transforms import (
     BlockTransform,
@@ -36,6 +37,8 @@ __all__ = [
     "layer_sqnr",
     "load_quantized",
     "quantize_sym",
+    "quarot_layer_transforms",
+    "quarot_rotate_",
     "save_quantized",
     "smoothquant_transform",
     "sqnr_terms",

@@ -22,6 +22,7 @@ class Transform(enum.StrEnum):
     cat = "cat"
     smoothquant = "smoothquant"
     hadamard = "hadamard"
+    quarot = "quarot"
     none = "none"
 
 
@@ -96,11 +97,12 @@ def sqnr(
     overwrite: bool = False,
 ) -> None:
     """Per-layer SQNR (dB) split into bits, concentration and alignment for RTN, SmoothQuant,
-    Hadamard and CAT."""
+    Hadamard, QuaRot and CAT."""
     import csv
     import io
 
     from icml26.cat.model import layer_sqnr
+    from icml26.cat.quarot import quarot_layer_transforms
     from icml26.core.errors import UserError
     from icml26.core.io import atomic_write_text
     from icml26.core.text import token_blocks
@@ -113,6 +115,7 @@ def sqnr(
             t: _transforms(m, groups, t, block, damp, 0.5, seed)
             for t in ("none", "smoothquant", "hadamard", "cat")
         }
+        arms["quarot"] = quarot_layer_transforms(m, seed=seed)
         held = list(token_blocks(tok, "validation", 256, eval_blocks).split(4))
         rows = layer_sqnr(m, held, arms, w_bits, a_bits)
     except ValueError as exc:
@@ -147,10 +150,62 @@ def quantize(
     overwrite: bool = False,
 ) -> None:
     """Fake-quantize a model with a transform; write safetensors + cat-manifest.json that
-    ``icml26.cat.model.load_quantized`` reads back."""
-    from icml26.cat.model import fake_quantize, save_quantized
+    ``icml26.cat.model.load_quantized`` reads back (``load_quantized(OUT)`` loads the base
+    model named in the manifest)."""
     from icml26.core.errors import UserError
 
+    try:
+        quantize_to_folder(
+            out,
+            model=model,
+            transform=transform.value,
+            calib=calib,
+            n_calib=n_calib,
+            seq_len=seq_len,
+            w_bits=w_bits,
+            a_bits=a_bits,
+            w_group_size=w_group_size,
+            block=block,
+            damp=damp,
+            alpha=alpha,
+            dtype=dtype,
+            device=device,
+            seed=seed,
+            overwrite=overwrite,
+        )
+    except (ValueError, FileExistsError) as exc:
+        raise UserError(str(exc)) from None
+    typer.echo(f"wrote {out}")
+
+
+def quantize_to_folder(
+    out: Path,
+    *,
+    model: str | None = None,
+    transform: str = "cat",
+    calib: Path | None = None,
+    n_calib: int = 32,
+    seq_len: int = 256,
+    w_bits: int = 4,
+    a_bits: int = 4,
+    w_group_size: int | None = None,
+    block: int = 64,
+    damp: float = 1e-3,
+    alpha: float = 0.5,
+    dtype: str = "bf16",
+    device: str = "cpu",
+    seed: int = 0,
+    overwrite: bool = False,
+):
+    """What ``icml26 cat quantize`` does; returns the in-memory quantized model it wrote.
+
+    ``transform="quarot"`` rotates the residual stream (gains fused, head untied) and puts
+    online Hadamards on o_proj/down_proj; the others are per-input-group transforms."""
+    from icml26.cat.model import fake_quantize, save_quantized
+    from icml26.cat.quarot import quarot_rotate_
+    from icml26.core.errors import UserError
+
+    out = Path(out)
     if out.exists() and not overwrite:
         raise UserError(f"{out} exists; pass --overwrite to replace it")
     if w_group_size is not None and w_group_size <= 32 and _is_q4_1(model):
@@ -159,34 +214,35 @@ def quantize(
             "(groups of 32 along the input); a weight grid of groups <= 32 sits on that grid and "
             "flatters the result. Use per-channel weights (no --w-group-size) or groups > 32."
         )
-    try:
+    meta = {
+        "model": model,
+        "transform": transform,
+        "block": block,
+        "damp": damp,
+        "alpha": alpha,
+        "dtype": dtype,
+        "seed": seed,
+        "n_calib": n_calib,
+        "seq_len": seq_len,
+    }
+    if transform == "quarot":
+        from icml26.core.lm import load_lm
+        from icml26.core.torchutil import check_device, parse_dtype
+
+        m, _ = load_lm(model, dtype=parse_dtype(dtype), device=check_device(device))
+        tr = quarot_rotate_(m, seed=seed)
+        meta["residual_rotation"] = "quarot"
+    else:
         m, _, groups = _setup(model, dtype, device, calib, n_calib, seq_len, seed)
-        tr = _transforms(m, groups, transform.value, block, damp, alpha, seed)
-        fake_quantize(
-            m,
-            w_bits,
-            a_bits,
-            w_gran="group" if w_group_size else "channel",
-            w_group_size=w_group_size,
-            transforms=tr,
-            fuse=True,
-        )
-        save_quantized(
-            m,
-            out,
-            {
-                "model": model,
-                "transform": transform.value,
-                "block": block,
-                "damp": damp,
-                "alpha": alpha,
-                "dtype": dtype,
-                "seed": seed,
-                "n_calib": n_calib,
-                "seq_len": seq_len,
-            },
-            overwrite=overwrite,
-        )
-    except (ValueError, FileExistsError) as exc:
-        raise UserError(str(exc)) from None
-    typer.echo(f"wrote {out}")
+        tr = _transforms(m, groups, transform, block, damp, alpha, seed)
+    fake_quantize(
+        m,
+        w_bits,
+        a_bits,
+        w_gran="group" if w_group_size else "channel",
+        w_group_size=w_group_size,
+        transforms=tr,
+        fuse=True,
+    )
+    save_quantized(m, out, meta, overwrite=overwrite)
+    return m

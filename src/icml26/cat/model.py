@@ -120,8 +120,13 @@ def collect_covariances(
 
         return f
 
-    forward_with_pre_hooks(model, batches, {mods[g.names[0]]: hook(i) for i, g in enumerate(groups)},
-                           progress=progress, description="calibrate")
+    forward_with_pre_hooks(
+        model,
+        batches,
+        {mods[g.names[0]]: hook(i) for i, g in enumerate(groups)},
+        progress=progress,
+        description="calibrate",
+    )
     for i, g in enumerate(groups):
         g.sigma, g.absmax, g.n_tokens = sums[i] / counts[i], amax[i], counts[i]
     return groups
@@ -237,6 +242,11 @@ def quantize_model_(
     fused: dict[int, bool] = {}
     for name, lin in linears.items():
         t = transforms.get(name)
+        if t is not None and t.out_rotation is not None:
+            raise ValueError(
+                f"{name}: this transform also rotates the layer's outputs (QuaRot's per-layer "
+                "view, for SQNR only); rotate the model with quarot_rotate_ instead"
+            )
         online = t
         if t is not None and fuse and t.block == 1:
             key = id(t)
@@ -313,8 +323,13 @@ def layer_sqnr(
 
         return f
 
-    forward_with_pre_hooks(model, batches, {m: hook(n) for n, m in linears.items()},
-                           progress=progress, description="layer SQNR")
+    forward_with_pre_hooks(
+        model,
+        batches,
+        {m: hook(n) for n, m in linears.items()},
+        progress=progress,
+        description="layer SQNR",
+    )
     return [{"layer": n, "arm": arm, **s.terms()} for (arm, n), s in stats.items()]
 
 
@@ -349,9 +364,11 @@ def save_quantized(model: nn.Module, out: Path, manifest: dict, overwrite: bool 
     return out
 
 
-def load_quantized(folder: Path, model: nn.Module) -> nn.Module:
+def load_quantized(folder: Path, model: nn.Module | None = None, device: str = "cpu") -> nn.Module:
     """Rebuild a model written by :func:`save_quantized` on top of ``model`` (the same base
-    architecture, e.g. ``load_lm(manifest['model'])``); in place, returns it."""
+    architecture); in place, returns it. ``model=None`` loads the base named in the manifest
+    (``model``, ``dtype``) with :func:`icml26.core.lm.load_lm` on ``device``. A manifest with
+    ``residual_rotation`` (QuaRot) unties the base's LM head before loading."""
     from safetensors.torch import load_model
 
     folder = Path(folder)
@@ -359,6 +376,17 @@ def load_quantized(folder: Path, model: nn.Module) -> nn.Module:
     if not man_path.exists():
         raise FileNotFoundError(f"{man_path} not found: not a folder written by save_quantized")
     man = json.loads(man_path.read_text())
+    if model is None:
+        from icml26.core.lm import load_lm
+        from icml26.core.torchutil import parse_dtype
+
+        model, _ = load_lm(
+            man.get("model"), dtype=parse_dtype(man.get("dtype", "float32")), device=device
+        )
+    if man.get("residual_rotation"):
+        from icml26.cat.quarot import untie_head_
+
+        untie_head_(model)
     dtype = next(model.parameters()).dtype
     for name, spec in man["modules"].items():
         lin = model.get_submodule(name)

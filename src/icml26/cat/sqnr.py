@@ -67,6 +67,9 @@ class SQNRStats:
         check_bits(self.a_bits, "a_bits")
         w = self.weight.to(torch.float64)
         wp = w if self.transform is None else self.transform.inverse_into(w)
+        rot = getattr(self.transform, "out_rotation", None)
+        if rot is not None:  # outputs rotated too (norm-preserving): y' = R y, W' = R W T^-1
+            wp = rot.to(torch.float64) @ wp
         self._wp = wp.to(self.dtype)
         self._wq = (
             self._wp if self.w_bits is None else quantize_sym(wp, self.w_bits, "channel")

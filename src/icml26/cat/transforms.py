@@ -175,6 +175,9 @@ class BlockTransform:
             raise ValueError(f"blocks must have shape (n, b, b); got {tuple(blocks.shape)}")
         self.blocks = blocks.to(_F64)
         self.kind = kind
+        # (m, m) orthogonal matrix mixing the consumer's output rows (QuaRot's residual rotation
+        # seen from one layer); only :class:`icml26.cat.sqnr.SQNRStats` uses it.
+        self.out_rotation: torch.Tensor | None = None
 
     @property
     def dim(self) -> int:
