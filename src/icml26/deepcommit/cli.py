@@ -42,13 +42,34 @@ def build_cmd(
     ] = False,
     runs: Annotated[int, typer.Option(help="Test repeats per state when verifying.")] = 3,
     test_dir: Annotated[list[str], typer.Option(help="Test folder(s), repeatable.")] = ["tests"],  # noqa: B006
+    test_cmd: Annotated[
+        str,
+        typer.Option(
+            help="Test command instead of pytest (shell words; {junit} = the JUnit XML path "
+            "to write, {python} = this interpreter), e.g. "
+            "'{python} -m pytest -q tests/core --junitxml={junit}'."
+        ),
+    ] = "",
+    timeout: Annotated[float, typer.Option(help="Seconds per test run (timeout = fail).")] = 300,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Ignore a checkpoint under OUT/.build and start over.")
+    ] = False,
+    llm: Annotated[
+        str,
+        typer.Option(
+            help="Optional LLM pass (split, merge, names, SRS) with this chat model: 'local' "
+            "(SmolLM2-135M-Instruct), 'local:PATH', 'http://HOST:PORT/v1#MODEL'. Off by default."
+        ),
+    ] = "",
 ) -> None:
-    """Preprocess the history, group commits into milestones, add edges, write the layout."""
+    """Preprocess the history, group commits into milestones, add edges, (verify,) write the
+    layout. Every stage is checkpointed under OUT/.build: run it again to resume."""
+    import shlex
+
+    from icml26.core.chat import get_chat
     from icml26.core.errors import UserError
-    from icml26.deepcommit.dag import build_dag
-    from icml26.deepcommit.export import write_dataset
-    from icml26.deepcommit.history import load_history
-    from icml26.deepcommit.milestones import SIGNALS, GroupConfig, group
+    from icml26.deepcommit.build import build_dataset
+    from icml26.deepcommit.milestones import SIGNALS, GroupConfig
 
     w = {}
     for part in filter(None, weights.split(",")):
@@ -60,26 +81,78 @@ def build_cmd(
         except ValueError:
             raise UserError(f"--weights: {key}={val!r} is not a number") from None
     cfg = GroupConfig(**w, threshold=threshold, time_scale_h=time_scale_h)
-    hist = load_history(repo, rev_range)
-    if not hist.commits:
-        raise UserError(f"{repo}: no commits left in {rev_range!r} after preprocessing")
-    labels = group(hist.commits, cfg)
-    dag = build_dag(hist, labels)
-    classes = None
-    if verify_tests:
-        from icml26.deepcommit.export import milestone_id
-        from icml26.deepcommit.verify import verify
-
-        v = verify(hist, labels, dag, runs=runs, test_dirs=tuple(test_dir))
-        classes = {milestone_id(m): c for m, c in v.classification.items() if m not in v.non_graded}
-        for m, why in v.non_graded.items():
-            typer.echo(f"{milestone_id(m)}: non-graded ({why})")
-    write_dataset(out, hist, labels, dag, classifications=classes, test_dirs=tuple(test_dir))
-    typer.echo(
-        f"{len(hist.commits)} commits kept, {len(hist.dropped)} dropped; "
-        f"{int(labels.max()) + 1} milestones, {len(dag.edges)} edges "
-        f"({len(dag.back_edges)} back-edges dropped) -> {out}"
+    res = build_dataset(
+        repo,
+        rev_range,
+        out,
+        cfg,
+        verify_tests=verify_tests,
+        runs=runs,
+        timeout_s=timeout,
+        test_dirs=tuple(test_dir),
+        test_cmd=shlex.split(test_cmd) or None,
+        fresh=fresh,
+        chat=get_chat(llm) if llm else None,
+        chat_spec=llm,
+        echo=typer.echo,
     )
+    for mid, why in sorted(res["non_graded"].items()):
+        typer.echo(f"{mid}: non-graded ({why})")
+    if res["resumed"]:
+        typer.echo(f"resumed from checkpoint: {', '.join(res['resumed'])}")
+    graded = "" if res["graded"] is None else f", {res['graded']} graded"
+    typer.echo(
+        f"{res['kept']} commits kept, {res['dropped']} dropped; {res['milestones']} milestones"
+        f"{graded}, {res['edges']} edges ({res['back_edges']} back-edges dropped) -> {out}"
+    )
+
+
+@app.command("run")
+def run_cmd(
+    data: Annotated[Path, typer.Argument(help="Dataset folder from `build --verify`.")],
+    agent_cmd: Annotated[
+        str,
+        typer.Option(
+            help="Shell command run once per milestone in the agent's workspace (cwd); "
+            "{workdir}, {milestone}, {srs} (path of the task's SRS.md) are filled in and "
+            "exported as $DC_WORKDIR, $DC_MILESTONE, $DC_SRS. Exit 0 = submit.",
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Runs folder (resumable).")] = Path(
+        "runs"
+    ),
+    mode: Annotated[str, typer.Option(help="continuous, isolated, or both.")] = "continuous",
+    ignore_weak: Annotated[
+        bool, typer.Option("--ignore-weak", help="Weak predecessors need only be finished.")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds per agent call.")] = 18_000,
+    idle_rounds: Annotated[
+        int, typer.Option(help="Stop after this many rounds without a new submission.")
+    ] = 3,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Delete OUT and start over.")] = False,
+) -> None:
+    """Run a command agent through the milestone DAG (continuous and/or isolated) and score it
+    with score_reliable. Interrupted? Run the same command again: it resumes."""
+    from icml26.core.errors import UserError
+    from icml26.deepcommit.runner import run_dataset
+
+    modes = {"both": ("continuous", "isolated")}.get(mode, (mode,))
+    if any(m not in ("continuous", "isolated") for m in modes):
+        raise UserError(f"--mode: expected continuous, isolated or both; got {mode!r}")
+    summ = run_dataset(
+        data,
+        agent_cmd,
+        out,
+        modes,
+        ignore_weak=ignore_weak,
+        timeout_s=timeout,
+        max_idle_rounds=idle_rounds,
+        fresh=fresh,
+        echo=typer.echo,
+    )
+    if "continuous_over_isolated" in summ and summ["continuous_over_isolated"] is not None:
+        typer.echo(f"continuous / isolated = {summ['continuous_over_isolated']:.3f}")
+    typer.echo(f"-> {out / 'summary.json'}")
 
 
 @app.command("score")

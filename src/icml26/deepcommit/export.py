@@ -47,9 +47,12 @@ class Dataset:
     classifications: dict[str, dict] = field(default_factory=dict)
 
 
-def _srs(mid: str, commits) -> str:
+def _srs(mid: str, commits, title: str | None = None, text: str | None = None) -> str:
     files = Counter(f for c in commits for f in c.files if not f.startswith("tests/"))
-    lines = [f"# {mid}: {commits[0].subject}", "", "## Requested changes", ""]
+    lines = [f"# {mid}: {title or commits[0].subject}", ""]
+    if text:
+        lines += ["## Goal", "", text, ""]
+    lines += ["## Requested changes", ""]
     lines += [f"- {c.subject}" for c in commits]
     lines += ["", "## Source files likely involved", ""] + [
         f"- `{f}`" for f, _ in files.most_common()
@@ -64,8 +67,18 @@ def write_dataset(
     dag: Dag,
     classifications: dict[str, dict] | None = None,
     test_dirs: tuple[str, ...] = ("tests",),
+    states: dict | None = None,
+    non_graded_reasons: dict[str, str] | None = None,
+    titles: dict[int, str] | None = None,
+    srs_text: dict[int, str] | None = None,
+    extra_metadata: dict | None = None,
 ) -> Path:
-    """Write the layout for ``history`` grouped by ``labels`` (one per kept commit)."""
+    """Write the layout for ``history`` grouped by ``labels`` (one per kept commit).
+
+    ``states`` (from a verified build): replay order and start/end shas per milestone id, kept
+    in ``metadata.json`` under ``"states"`` (the shas live in ``repo.git`` beside it, tagged
+    ``milestone-<m>-start/-end``); ``non_graded_reasons``: id -> why; ``titles`` / ``srs_text``:
+    milestone -> LLM-written title / goal text (the LLM pass)."""
     out = Path(out)
     groups: dict[int, list] = {}
     for c, m in zip(history.commits, labels, strict=True):
@@ -80,7 +93,7 @@ def write_dataset(
         w.writerow(
             [
                 ids[m],
-                cs[0].subject,
+                (titles or {}).get(m, cs[0].subject),
                 len(cs),
                 " ".join(c.sha for c in cs),
                 cs[0].parents[0] if cs[0].parents else "",
@@ -89,7 +102,10 @@ def write_dataset(
                 cs[-1].time,
             ]
         )
-        atomic_write_text(out / "srs" / ids[m] / "SRS.md", _srs(ids[m], cs))
+        atomic_write_text(
+            out / "srs" / ids[m] / "SRS.md",
+            _srs(ids[m], cs, (titles or {}).get(m), (srs_text or {}).get(m)),
+        )
     atomic_write_text(out / "milestones.csv", buf.getvalue())
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -125,6 +141,9 @@ def write_dataset(
             "back_edges": [
                 {"source": ids[a], "target": ids[b], "reason": r} for a, b, r in dag.back_edges
             ],
+            "non_graded_reasons": non_graded_reasons or {},
+            **({"states": states} if states else {}),
+            **(extra_metadata or {}),
         },
     )
     return out

@@ -1,30 +1,40 @@
-"""EvoClaw-style trials: an agent works through a verified milestone DAG; each submission is
-tested with the hidden tests in a separate, reused evaluation worktree and scored.
+"""EvoClaw-style trials: an agent works through a verified milestone DAG in a workspace of its
+own (a repository holding only the state it was handed and its past); each submission is
+fetched into a separate, reused evaluation worktree, tested with the hidden tests and scored.
 
-``mode="continuous"``: one persistent worktree from the base state; the agent keeps its own tree.
+``mode="continuous"``: one persistent workspace from the base state; the agent keeps its own tree.
 A milestone unlocks when every Strong predecessor is *completed* (resolved) and every Weak one too,
 unless ``ignore_weak`` (then Weak predecessors need only be *finished*: submitted, pass or fail).
 ``mode="isolated"``: every graded milestone starts from its gold start state, no locking.
 Rounds repeat until everything is submitted or ``max_idle_rounds`` rounds add no submission.
 An agent is a callable ``(workdir: Path, task: dict) -> bool | None`` (False = gives up), or a
 command template (``{workdir}``, ``{milestone}``, ``{srs}``) run with ``timeout_s``.
+With ``state_path`` a trial is resumable (see :func:`run_trial`).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shlex
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from icml26.core.errors import UserError
+from icml26.core.io import atomic_write_json, atomic_write_text
 from icml26.deepcommit.dag import Dag
 from icml26.deepcommit.history import git
 from icml26.deepcommit.score import MilestoneTests, RunOutcome, score_trial
 from icml26.deepcommit.verify import Verified, Worktree, run_tests
 
-__all__ = ["TrialSpec", "run_trial", "ScriptedAgent", "depths"]
+__all__ = ["TrialSpec", "run_trial", "ScriptedAgent", "Workspace", "depths"]
 
 
 @dataclass
@@ -36,6 +46,8 @@ class TrialSpec:
     edges: dict[tuple[int, int], str]
     test_dirs: tuple[str, ...] = ("tests",)
     srs: dict[int, str] = field(default_factory=dict)
+    test_cmd: list[str] | None = None  # see verify.run_tests; None = pytest
+    test_timeout_s: float = 300
 
     @classmethod
     def from_verified(cls, repo: Path, verified: Verified, dag: Dag, **kw) -> TrialSpec:
@@ -69,18 +81,87 @@ def depths(nodes, edges) -> dict:
     return {n: d(n) for n in nodes}
 
 
-def _command_agent(template: str, timeout_s: float) -> Callable:
+class Workspace:
+    """The agent's working copy: a repository of its own in a temporary folder, holding only the
+    state it was handed and that state's past (no later milestone, no hidden test, unlike a
+    worktree, which shares every object of the source repository). ``reset(rev)`` fetches
+    ``rev`` from the source repository; ``close()`` deletes the folder."""
+
+    def __init__(self, src: Path, rev: str):
+        self.src = Path(src)
+        self.path = Path(tempfile.mkdtemp(prefix="dc-ws-")) / "ws"
+        subprocess.run(["git", "init", "-q", str(self.path)], check=True, capture_output=True)
+        self.reset(rev)
+
+    git = Worktree.git
+    head = Worktree.head
+    snapshot = Worktree.snapshot
+
+    def reset(self, rev: str) -> None:
+        self.git("fetch", "-q", "--no-tags", str(self.src), rev)
+        self.git("reset", "-q", "--hard", "FETCH_HEAD")
+        self.git("clean", "-qfdx")
+
+    def close(self) -> None:
+        shutil.rmtree(self.path.parent, ignore_errors=True)
+
+
+def _command_agent(template: str, timeout_s: float, log_dir: Path | None = None) -> Callable:
+    """A shell command template run in the workspace; ``{workdir}``, ``{milestone}``, ``{srs}``
+    (path of SRS.md) are filled in (shell-quoted) and also exported as ``$DC_WORKDIR``,
+    ``$DC_MILESTONE``, ``$DC_SRS``. Exit 0 = submitted; another status or a timeout = the agent
+    gave up on this milestone; exit 126/127 (the shell could not run it) is a UserError."""
+    first = template.split()[0] if template.split() else ""
+    if not first:
+        raise UserError("agent command is empty")
+    if (
+        re.fullmatch(r"[\w.+-]+", first)
+        and subprocess.run(
+            ["sh", "-c", 'command -v "$1"', "sh", first], capture_output=True
+        ).returncode
+    ):  # not a program on PATH, a builtin or a keyword
+        raise UserError(f"agent command not found: {first!r} (from --agent-cmd {template!r})")
+
     def agent(workdir: Path, task: dict) -> bool:
-        cmd = template.format(workdir=workdir, milestone=task["milestone"], srs=task["srs_path"])
+        m = task["milestone"]
+        cmd = template.format(
+            workdir=shlex.quote(str(workdir)),
+            milestone=shlex.quote(str(m)),
+            srs=shlex.quote(task["srs_path"]),
+        )
+        env = {
+            **os.environ,
+            "DC_WORKDIR": str(workdir),
+            "DC_MILESTONE": str(m),
+            "DC_SRS": task["srs_path"],
+        }
         try:
             proc = subprocess.run(
-                cmd, shell=True, cwd=workdir, timeout=timeout_s, capture_output=True, text=True
+                cmd,
+                shell=True,
+                cwd=workdir,
+                timeout=timeout_s,
+                capture_output=True,
+                text=True,
+                env=env,
             )
-        except subprocess.TimeoutExpired:
-            return False
-        return proc.returncode == 0
+            out, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            out, rc = f"{exc.stdout or ''}{exc.stderr or ''}\n[timed out after {timeout_s} s]", None
+            out = out if isinstance(out, str) else repr(out)
+        if log_dir is not None:
+            atomic_write_text(Path(log_dir) / f"{m}.log", f"$ {cmd}\n[exit {rc}]\n{out}")
+        if rc in (126, 127):
+            raise UserError(
+                f"agent command could not run (exit {rc}) for {m}: {out.strip()[-300:]}"
+            )
+        return rc == 0
 
     return agent
+
+
+def _outcome_json(o: RunOutcome) -> dict:
+    return {"passed": sorted(o.passed), "failed": sorted(o.failed), "collected": o.collected}
 
 
 def run_trial(
@@ -90,45 +171,106 @@ def run_trial(
     ignore_weak: bool = False,
     timeout_s: float = 18_000,
     max_idle_rounds: int = 3,
+    state_path: Path | str | None = None,
+    state_key: dict | None = None,
+    agent_log_dir: Path | str | None = None,
 ) -> dict:
-    """Run ``agent`` through the DAG; returns score_trial's dict plus ``log`` and ``outcomes``."""
+    """Run ``agent`` through the DAG; returns score_trial's dict plus ``log`` and ``outcomes``.
+
+    The agent works in a :class:`Workspace` (its own repository: it cannot read later states or
+    hidden tests); each submission is fetched into a reused evaluation worktree of
+    ``spec.repo`` and tested there. With ``state_path`` the trial is resumable: after every
+    finished milestone the state (finished milestones, outcomes, the agent's tree as a ref
+    ``refs/dc-run/<mode>/head`` in ``spec.repo``) is written atomically; a later call with the
+    same ``state_key`` continues from the last finished milestone (an interrupted milestone is
+    started again from that tree)."""
     if mode not in ("continuous", "isolated"):
         raise ValueError(f"mode must be continuous or isolated; got {mode!r}")
     if isinstance(agent, str):
-        agent = _command_agent(agent, timeout_s)
+        agent = _command_agent(agent, timeout_s, Path(agent_log_dir) if agent_log_dir else None)
     v, graded = spec.verified, spec.graded
-    work = Worktree(spec.repo, v.base)
+    state_path = Path(state_path) if state_path else None
+    key = {"mode": mode, "ignore_weak": ignore_weak, **(state_key or {})}
+    st = {
+        "key": key,
+        "done": [],
+        "outcomes": {},
+        "resolved": {},
+        "log": [],
+        "head": v.base,
+        "idle": 0,
+        "tried": [],
+        "stopped": False,
+        "round_before": 0,
+    }
+    if state_path and state_path.exists():
+        old = json.loads(state_path.read_text())
+        if old.get("key") == key:
+            st = old
+    done: set = set(st["done"])
+    outcomes: dict = {}
+    by_name = {str(m): m for m in v.order}
+    for k, o in st["outcomes"].items():
+        outcomes[by_name[k]] = RunOutcome.of(o["passed"], o["failed"], o["collected"])
+    resolved = {by_name[k]: r for k, r in st["resolved"].items()}
+    log: list[str] = st["log"]
+    tried: set = {by_name[k] for k in st["tried"]}
+    idle = st["idle"]
+    if st["stopped"]:
+        return _finish(spec, outcomes, graded, log)
+
+    def save(head: str) -> None:
+        if not state_path:
+            return
+        st.update(
+            done=[str(m) for m in v.order if m in done],
+            outcomes={str(m): _outcome_json(o) for m, o in outcomes.items()},
+            resolved={str(m): r for m, r in resolved.items()},
+            log=log,
+            head=head,
+            idle=idle,
+            tried=[str(m) for m in tried],
+        )
+        atomic_write_json(state_path, st)
+
+    def keep(snap: str) -> None:  # the agent's tree into spec.repo (and a ref when resumable)
+        evalwt.git("fetch", "-q", "--no-tags", str(work.path), snap)
+        if state_path:
+            evalwt.git("update-ref", f"refs/dc-run/{mode}/head", snap)
+
+    work = Workspace(spec.repo, st["head"] if mode == "continuous" else v.base)
     evalwt = Worktree(spec.repo, v.base)
     srs_dir = work.path.parent / "srs"
-    outcomes: dict[int, RunOutcome] = {}
-    resolved: dict[int, bool] = {}
-    log: list[str] = []
     try:
-        idle = 0
         # every replayed milestone is a task (non-graded ones too, as in EvoClaw); only graded
         # ones are tested and scored; a non-graded one counts as completed once submitted
         tasks = [m for m in v.order if m in v.start and (mode == "continuous" or m in graded)]
-        done: set[int] = set()
         while len(done) < len(tasks) and idle < max_idle_rounds:
-            before = len(done)
+            before = st.setdefault("round_before", len(done))
             for m in tasks:
-                if m in done:
+                if m in done or m in tried:
                     continue
                 if mode == "continuous" and not _unlocked(m, spec.edges, resolved, ignore_weak, {}):
                     continue
                 if mode == "isolated":
                     work.reset(v.start[m])
-                srs = srs_dir / f"{m}.md"
-                srs.parent.mkdir(exist_ok=True)
+                srs = srs_dir / str(m) / "SRS.md"
+                srs.parent.mkdir(parents=True, exist_ok=True)
                 srs.write_text(spec.srs.get(m, f"Implement milestone {m}."))
                 task = {"milestone": m, "srs": srs.read_text(), "srs_path": str(srs)}
-                if not (work.path / ".git").exists():
-                    log.append(f"{m}: agent deleted .git; trial stopped")
-                    return _finish(spec, outcomes, graded, log)
                 pre = work.head()
                 ok = agent(work.path, task)
+                tried.add(m)
+                if not (work.path / ".git").is_dir():
+                    log.append(f"{m}: agent deleted .git; trial stopped")
+                    st["stopped"] = True
+                    save(pre)
+                    return _finish(spec, outcomes, graded, log)
                 if ok is False:
                     log.append(f"{m}: agent gave up or failed")
+                    if mode == "continuous":  # its edits stay in the tree (kept on resume too)
+                        keep(work.snapshot(f"agent-gave-up-{m}"))
+                    save(work.head() if mode == "continuous" else st["head"])
                     continue
                 done.add(m)
                 snap = work.snapshot(f"agent-impl-{m}")
@@ -137,14 +279,19 @@ def run_trial(
                 ).stdout.split()
                 if edited:
                     log.append(f"{m}: agent's test edits overwritten by the hidden tests: {edited}")
+                keep(snap)
                 if m not in graded:
                     resolved[m] = True
-                    continue
-                outcomes[m] = _evaluate(evalwt, snap, v.end[m], spec)
-                resolved[m] = score_trial({m: spec.tests(m)}, {m: outcomes[m]})["per_milestone"][
-                    m
-                ].resolved
+                else:
+                    outcomes[m] = _evaluate(evalwt, snap, v.end[m], spec)
+                    resolved[m] = score_trial({m: spec.tests(m)}, {m: outcomes[m]})[
+                        "per_milestone"
+                    ][m].resolved
+                save(snap if mode == "continuous" else st["head"])
             idle = idle + 1 if len(done) == before else 0
+            tried = set()
+            st["round_before"] = len(done)
+            save(work.head() if mode == "continuous" else st["head"])
     finally:
         work.close()
         evalwt.close()
@@ -176,7 +323,7 @@ def _evaluate(wt: Worktree, snap: str, end: str, spec: TrialSpec) -> RunOutcome:
         wt.git("rm", "-rq", "--ignore-unmatch", "--", d)
     if git(spec.repo, "ls-tree", "--name-only", end, "--", *spec.test_dirs).strip():
         wt.git("checkout", end, "--", *spec.test_dirs)
-    passed, failed, collected = run_tests(wt.path)
+    passed, failed, collected = run_tests(wt.path, spec.test_timeout_s, spec.test_cmd)
     return RunOutcome.of(passed, failed, collected)
 
 

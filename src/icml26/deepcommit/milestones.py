@@ -142,6 +142,8 @@ def group(
 ) -> np.ndarray:
     """Milestone label (n,) int of each commit (oldest-first order kept)."""
     cfg = cfg or GroupConfig()
+    if embed_fn is None and cfg.message == 0:  # the message signal is off: do not load MiniLM
+        embed_fn = lambda texts: np.ones((len(texts), 1))  # noqa: E731
     return group_from_signals(signal_matrices(commits, embed_fn, cfg.time_scale_h), cfg)
 
 

@@ -86,8 +86,15 @@ def run_tests(
     """(passed, failed, collected) test IDs of one pytest run (JUnit XML) in ``workdir``.
 
     IDs are ``path::name`` normalised (classname dots to slashes). A timeout fails every test
-    it would have run: it returns (empty, empty, False)."""
+    it would have run: it returns (empty, empty, False). ``test_cmd`` replaces pytest: its
+    arguments may hold ``{junit}`` (the JUnit XML path it must write) and ``{python}``; it runs
+    in ``workdir`` with ``$DC_JUNIT`` set too. ``PYTHONPATH`` is ``workdir`` (and ``workdir/src``
+    when that folder exists, for src layouts)."""
     xml = Path(tempfile.mkdtemp(prefix="dc-junit-")) / "r.xml"
+    if test_cmd:
+        test_cmd = [
+            a.replace("{junit}", str(xml)).replace("{python}", sys.executable) for a in test_cmd
+        ]
     cmd = test_cmd or [
         sys.executable,
         "-m",
@@ -105,7 +112,10 @@ def run_tests(
         "TZ": "UTC",
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": str(workdir),
+        "PYTHONPATH": os.pathsep.join(
+            [str(workdir / "src")] * (workdir / "src").is_dir() + [str(workdir)]
+        ),
+        "DC_JUNIT": str(xml),
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     try:
@@ -183,8 +193,17 @@ def verify(
     test_dirs: tuple[str, ...] = ("tests",),
     test_cmd: list[str] | None = None,
     progress=None,
+    repo: Path | str | None = None,
+    resume: Verified | None = None,
+    on_milestone=None,
 ) -> Verified:
-    """Replay milestones in topological order in a scratch worktree and classify tests."""
+    """Replay milestones in topological order in a scratch worktree and classify tests.
+
+    ``repo``: the repository whose worktree the replay runs in (default ``history.repo``; the
+    builder passes its own staging clone so nothing at all is written to the user's
+    repository). ``resume``: a partial result of the same replay (same order); its milestones
+    are kept and the replay continues from the last one's end state. ``on_milestone(res, m)``
+    is called after each milestone (checkpoints)."""
     commits = history.commits
     groups: dict[int, list[str]] = {}
     for c, m in zip(commits, labels, strict=True):
@@ -197,11 +216,26 @@ def verify(
     base = commits[0].parents[0] if commits[0].parents else commits[0].sha
     for m in groups:
         groups[m] = [s for s in groups[m] if s != base]
-    wt = Worktree(history.repo, base)
     res = Verified(order, base=base)
+    done: list[int] = []
+    if resume is not None and resume.end:
+        if list(resume.order) != list(order) or resume.base != base:
+            raise ValueError("resume: a different replay (order or base changed)")
+        done = [m for m in order if m in resume.end and m in resume.classification]
+        if done != order[: len(done)]:
+            raise ValueError("resume: finished milestones are not a prefix of the order")
+        for m in done:
+            res.start[m], res.end[m] = resume.start[m], resume.end[m]
+            res.classification[m] = resume.classification[m]
+            if m in resume.non_graded:
+                res.non_graded[m] = resume.non_graded[m]
+    wt = Worktree(
+        Path(repo) if repo is not None else history.repo, res.end[done[-1]] if done else base
+    )
     union_attrs = Path(wt.path.parent) / "union.attributes"
     union_attrs.write_text("* merge=union\n")
-    it = progress.track(order, len(order), "verify milestones") if progress else order
+    todo = order[len(done) :]
+    it = progress.track(todo, len(todo), "verify milestones") if progress else todo
     try:
         for m in it:
             start = wt.head()
@@ -234,6 +268,8 @@ def verify(
                 pass
             elif not cls["FAIL_TO_PASS"] and not cls["NONE_TO_PASS"]:
                 res.non_graded[m] = "no FAIL_TO_PASS or NONE_TO_PASS test"
+            if on_milestone is not None:
+                on_milestone(res, m)
     finally:
         wt.close()
     return res
