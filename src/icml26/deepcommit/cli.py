@@ -130,11 +130,22 @@ def run_cmd(
         int, typer.Option(help="Stop after this many rounds without a new submission.")
     ] = 3,
     fresh: Annotated[bool, typer.Option("--fresh", help="Delete OUT and start over.")] = False,
+    docker: Annotated[
+        str | None,
+        typer.Option(help="Run the agent command in this container image (workspace mounted at "
+                     "/workspace, SRS at /task/SRS.md)."),
+    ] = None,
+    docker_bin: Annotated[str, typer.Option(help="docker-compatible CLI (docker, podman).")] = "docker",
 ) -> None:
     """Run a command agent through the milestone DAG (continuous and/or isolated) and score it
     with score_reliable. Interrupted? Run the same command again: it resumes."""
     from icml26.core.errors import UserError
     from icml26.deepcommit.runner import run_dataset
+
+    if docker:
+        from icml26.deepcommit.docker import docker_command
+
+        agent_cmd = docker_command(agent_cmd, docker, binary=docker_bin)
 
     modes = {"both": ("continuous", "isolated")}.get(mode, (mode,))
     if any(m not in ("continuous", "isolated") for m in modes):
