@@ -100,3 +100,50 @@ def test_bad_settings(bank):
         AdaptiveTest(bank).run(lambda item: 3)
     with pytest.raises(UserError, match="not in the bank"):
         AdaptiveTest(bank).record("nope", 1)
+
+
+def test_max_information_equals_catsims_maxinfoselector():
+    """The real catsim (0.21) MaxInfoSelector, when installed, picks what pure MFI picks."""
+    pytest.importorskip("catsim")
+    from catsim.irt import inf_hpc
+    from catsim.item_bank import ItemBank as CSBank
+    from catsim.selection import MaxInfoSelector
+
+    b = random_bank(300, "3PL", seed=11)  # a > 0: catsim rejects negative slopes
+    cs = CSBank(np.column_stack([b.a, b.b, b.g, np.ones(b.n_items)]))
+    sel = MaxInfoSelector()
+    for th in (-2.0, 0.3, 1.7):  # same information function
+        np.testing.assert_allclose(
+            inf_hpc(th, cs.items[:, :4]),
+            item_information(np.array([th]), b.a, b.d, b.g)[0],
+            rtol=1e-10,
+        )
+    rng = np.random.default_rng(5)
+    for seed in range(5):
+        cat = AdaptiveTest(b, randomesque=1, seed=seed, min_items=25, max_items=25)
+        cat.record_index(cat.next_index(), 1)  # item 1 is ATLAS's b-window rule, not MFI
+        while not cat.done:
+            want = sel.select(
+                item_bank=cs, administered_items=list(cat.items_idx), est_theta=float(cat.theta)
+            )
+            j = cat.next_index()
+            assert j == want
+            cat.record_index(j, int(rng.random() < 0.6))
+
+
+@pytest.mark.parametrize("method", ["mle", "map", "wle"])
+def test_in_loop_estimators_equal_whole_bank_scoring(bank, method):
+    """The loop scores only the administered items; that equals scoring the whole bank with
+    every other item missing."""
+    from icml26.atlas.scoring import estimate_theta
+
+    y = simulate(bank, np.array([0.7]), seed=4)[0].astype(int)
+    cat = AdaptiveTest(bank, estimator=method, seed=2, min_items=12, max_items=12)
+    for _ in range(12):
+        j = cat.next_index()
+        cat.record_index(j, int(y[j]))
+        resp = np.full(bank.n_items, np.nan)
+        resp[cat.items_idx] = cat.responses
+        t, s = estimate_theta(bank, resp[None], method)
+        assert cat.theta == pytest.approx(float(t[0]), abs=1e-12)
+        assert cat.se == pytest.approx(float(s[0]), abs=1e-12)

@@ -53,8 +53,7 @@ def test_layers_dropped_equals_model_without_them():
         assert model.model.layers is layers
         again = model(ids).logits
         # reference: run the kept layers by hand through the same modules
-        model.model.layers = torch.nn.ModuleList([m for j, m in enumerate(layers)
-                                                  if j not in gone])
+        model.model.layers = torch.nn.ModuleList([m for j, m in enumerate(layers) if j not in gone])
         model.config.use_cache = False
         ref = model(ids).logits
         model.model.layers = layers
@@ -97,9 +96,15 @@ def test_responses_cli_round_trip(tmp_path, monkeypatch):
     from icml26.atlas.cli import app
     from icml26.atlas.data import load_responses
 
-    task = {"examples": [{"input": f"Is {i} even?", "target_scores": {"yes": int(i % 2 == 0),
-                                                                     "no": int(i % 2 == 1)}}
-                         for i in range(12)]}
+    task = {
+        "examples": [
+            {
+                "input": f"Is {i} even?",
+                "target_scores": {"yes": int(i % 2 == 0), "no": int(i % 2 == 1)},
+            }
+            for i in range(12)
+        ]
+    }
     archive = tmp_path / "bb.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         data = json.dumps(task).encode()
@@ -112,9 +117,26 @@ def test_responses_cli_round_trip(tmp_path, monkeypatch):
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     out = tmp_path / "r.csv"
-    res = CliRunner().invoke(app, ["responses", "--tasks", "parity", "--model", str(tmp_path / "m"),
-                                   "--dtype", "float32", "--drops", "0,1", "--temps", "0,1",
-                                   "--seeds", "2", "-o", str(out)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "responses",
+            "--tasks",
+            "parity",
+            "--model",
+            str(tmp_path / "m"),
+            "--dtype",
+            "float32",
+            "--drops",
+            "0,1",
+            "--temps",
+            "0,1",
+            "--seeds",
+            "2",
+            "-o",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     R = load_responses(out)
     assert R.matrix.shape == (2 * (1 + 2), 12)

@@ -191,11 +191,11 @@ class AdaptiveTest:
         else:
             from icml26.atlas.scoring import estimate_theta
 
-            resp = np.full(self.bank.n_items, np.nan)
-            resp[self.items_idx] = self.responses
+            # only the administered items enter the likelihood: score them on their own
+            # (same estimate as the whole bank with NaN elsewhere, without O(bank) work per step)
             t, s = estimate_theta(
-                self.bank,
-                resp[None],
+                self.bank.subset(self.items_idx),
+                np.asarray(self.responses, dtype=np.float64)[None],
                 self.estimator,
                 quadpts=self.quadpts,
                 theta_lim=self.theta_lim,

@@ -74,8 +74,18 @@ def _setting(ctx: RunContext) -> dict:
         },
     )
     base.update(llm_items_per_task=40, llm_sample_seeds=4, llm_live=1, llm_model=None)
-    for k in ("items", "calib", "test", "seeds", "max_iter", "sat", "llm", "llm_items_per_task",
-              "llm_sample_seeds", "llm_live"):
+    for k in (
+        "items",
+        "calib",
+        "test",
+        "seeds",
+        "max_iter",
+        "sat",
+        "llm",
+        "llm_items_per_task",
+        "llm_sample_seeds",
+        "llm_live",
+    ):
         if k in o:
             base[k] = int(o[k])
     base["model"] = o.get("model", base["model"])

@@ -30,9 +30,18 @@ from icml26.atlas.scoring import estimate_theta
 from icml26.core.checkpoint import Memo
 from icml26.core.claims import RunContext
 
-TASKS = ("general_knowledge", "strategyqa", "misconceptions", "emoji_movie", "hindu_knowledge",
-         "sports_understanding", "phrase_relatedness", "empirical_judgments", "anachronisms",
-         "disambiguation_qa")
+TASKS = (
+    "general_knowledge",
+    "strategyqa",
+    "misconceptions",
+    "emoji_movie",
+    "hindu_knowledge",
+    "sports_understanding",
+    "phrase_relatedness",
+    "empirical_judgments",
+    "anachronisms",
+    "disambiguation_qa",
+)
 DROPS = (0, 3, 6, 9)
 TEMPS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
 
@@ -54,9 +63,15 @@ def llm_tables(ctx: RunContext, items, model_path=None) -> tuple[dict, float, tu
 
     from icml26.core.lm import load_lm
 
-    memo = Memo(ctx.out_dir / "atlas_llm_memo.json",
-                config={"items": [it.id for it in items], "model": str(model_path or "smollm2"),
-                        "drops": DROPS, "formats": FORMATS})
+    memo = Memo(
+        ctx.out_dir / "atlas_llm_memo.json",
+        config={
+            "items": [it.id for it in items],
+            "model": str(model_path or "smollm2"),
+            "drops": DROPS,
+            "formats": FORMATS,
+        },
+    )
     dtype = torch.bfloat16 if ctx.device == "cpu" else torch.float16
     model = tok = None
     t0 = time.perf_counter()
@@ -85,8 +100,12 @@ def part_c(ctx: RunContext, st: dict) -> tuple[list[dict], list[str], dict]:
     for s in range(st["seeds"]):
         held = {by_fmt[f][(s + k) % len(by_fmt[f])] for k, f in enumerate(FORMATS)}
         test = np.array([e.config in held for e in grid])
-        resp = Responses.from_array(Y_all[~test], models=[e.name for e in np.array(grid)[~test]],
-                                    items=[it.id for it in items], source="SmolLM2 examinees")
+        resp = Responses.from_array(
+            Y_all[~test],
+            models=[e.name for e in np.array(grid)[~test]],
+            items=[it.id for it in items],
+            source="SmolLM2 examinees",
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             bank = calibrate(resp, model="2PL", max_iter=st["max_iter"])
@@ -106,9 +125,15 @@ def part_c(ctx: RunContext, st: dict) -> tuple[list[dict], list[str], dict]:
         systems["random-k (matched to SE 0.3)"] = score_subsets(bank, Y, used)
         per_seed.append({n: metrics(o, ref, None, acc) for n, o in systems.items()})
         if s == 0:
-            scatter = (ref, systems["ATLAS SE 0.3"]["theta"],
-                       systems["random-k (matched to SE 0.3)"]["theta"], acc)
-    label = "SmolLM2" if not st.get("llm_model") else str(st["llm_model"]).rstrip("/").split("/")[-1]
+            scatter = (
+                ref,
+                systems["ATLAS SE 0.3"]["theta"],
+                systems["random-k (matched to SE 0.3)"]["theta"],
+                acc,
+            )
+    label = (
+        "SmolLM2" if not st.get("llm_model") else str(st["llm_model"]).rstrip("/").split("/")[-1]
+    )
     rows = []
     for n in per_seed[0]:
         row = {"part": f"(c) {label} on BIG-bench", "system": n}
@@ -118,17 +143,26 @@ def part_c(ctx: RunContext, st: dict) -> tuple[list[dict], list[str], dict]:
             if key == "theta_mae":
                 row["theta_mae_min_max"] = [round(float(v.min()), 4), round(float(v.max()), 4)]
         rows.append(row)
-    ratio = np.array([p["ATLAS SE 0.3"]["theta_mae"] / p["random-k (matched to SE 0.3)"]
-                      ["theta_mae"] for p in per_seed])
-    acc_by_cfg = {c: float(Y_all[[i for i, e in enumerate(grid) if e.config == c and
-                                  e.temperature == 0]].mean()) for c in configs}
+    ratio = np.array(
+        [
+            p["ATLAS SE 0.3"]["theta_mae"] / p["random-k (matched to SE 0.3)"]["theta_mae"]
+            for p in per_seed
+        ]
+    )
+    acc_by_cfg = {
+        c: float(
+            Y_all[[i for i, e in enumerate(grid) if e.config == c and e.temperature == 0]].mean()
+        )
+        for c in configs
+    }
     live = live_cat(ctx, st, items, tables, grid, Y_all, lm) if st.get("llm_live", 1) else None
     notes = [
         f"(c) {len(items)} BIG-bench items ({len(TASKS)} tasks x {st['llm_items_per_task']}), "
         f"{len(grid)} examinees = 2 formats x drops {DROPS} x T {TEMPS} x "
         f"{st['llm_sample_seeds']} sampling seeds (T=0 once); log-prob tables took {lm_s:.0f} s "
         "(cached in the run folder). Greedy accuracy per configuration: "
-        + ", ".join(f"{c} {a:.3f}" for c, a in acc_by_cfg.items()) + ".",
+        + ", ".join(f"{c} {a:.3f}" for c, a in acc_by_cfg.items())
+        + ".",
         f"(c) per seed two whole configurations are held out (one per format); 2PL banks kept "
         f"{[f[0] for f in fits]} items (converged {[f[1] for f in fits]}). ATLAS SE 0.3 / random-k "
         f"theta MAE = {ratio.mean():.3f} (min {ratio.min():.3f}, max {ratio.max():.3f}) over "
@@ -140,7 +174,8 @@ def part_c(ctx: RunContext, st: dict) -> tuple[list[dict], list[str], dict]:
             f"(c) live CAT ({live['config']}, T=0, the model answers each item as the test asks): "
             f"{live['items']} items, theta {live['theta']:.3f} (SE {live['se']:.3f}) vs full-bank "
             f"WLE {live['ref']:.3f} from the cached matrix; acc_hat {live['acc_hat']:.3f} vs "
-            f"accuracy {live['acc']:.3f}; {live['seconds']:.1f} s.")
+            f"accuracy {live['acc']:.3f}; {live['seconds']:.1f} s."
+        )
     figure = _figure(ctx, scatter)
     return rows, notes, {"ratio": ratio, "live": live, "figure": figure}
 
@@ -151,16 +186,25 @@ def _figure(ctx: RunContext, scatter) -> str:
     ref, atlas, rnd, acc = scatter
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-    lim = [min(ref.min(), atlas.min(), rnd.min()) - 0.2, max(ref.max(), atlas.max(), rnd.max()) + 0.2]
+    lim = [
+        min(ref.min(), atlas.min(), rnd.min()) - 0.2,
+        max(ref.max(), atlas.max(), rnd.max()) + 0.2,
+    ]
     axes[0].plot(lim, lim, color="gray", lw=0.8)
     axes[0].scatter(ref, rnd, s=14, alpha=0.6, label="random-k (same k)")
     axes[0].scatter(ref, atlas, s=14, alpha=0.8, label="ATLAS SE 0.3")
-    axes[0].set(xlabel="full-bank WLE theta", ylabel="estimated theta",
-                title="(c) held-out SmolLM2 examinees, seed 0")
+    axes[0].set(
+        xlabel="full-bank WLE theta",
+        ylabel="estimated theta",
+        title="(c) held-out SmolLM2 examinees, seed 0",
+    )
     axes[0].legend()
     axes[1].scatter(acc, ref, s=14)
-    axes[1].set(xlabel="accuracy on the bank's items", ylabel="full-bank WLE theta",
-                title="accuracy vs ability (2PL)")
+    axes[1].set(
+        xlabel="accuracy on the bank's items",
+        ylabel="full-bank WLE theta",
+        title="accuracy vs ability (2PL)",
+    )
     path = ctx.out_dir / "atlas_llm_theta.png"
     save_figure(fig, path)
     return str(path)
@@ -178,8 +222,12 @@ def live_cat(ctx: RunContext, st: dict, items, tables, grid, Y_all, lm=None) -> 
 
     config = "letter|drop0"
     train = np.array([e.config != config for e in grid])
-    resp = Responses.from_array(Y_all[train], models=[e.name for e in np.array(grid)[train]],
-                                items=[it.id for it in items], source="SmolLM2 examinees")
+    resp = Responses.from_array(
+        Y_all[train],
+        models=[e.name for e in np.array(grid)[train]],
+        items=[it.id for it in items],
+        source="SmolLM2 examinees",
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         bank = calibrate(resp, model="2PL", max_iter=st["max_iter"])
@@ -191,12 +239,27 @@ def live_cat(ctx: RunContext, st: dict, items, tables, grid, Y_all, lm=None) -> 
     t0 = time.perf_counter()
     with layers_dropped(model, 0):
         cat = AdaptiveTest(bank, se_stop=0.3, seed=ctx.seed)
-        res = cat.run(lambda item_id: int(
-            score_mcq(model, tok, [by_id[item_id]], method="letter").correct[0]))
+        res = cat.run(
+            lambda item_id: int(score_mcq(model, tok, [by_id[item_id]], method="letter").correct[0])
+        )
     seconds = time.perf_counter() - t0
-    full = np.array([[int(np.argmax(tables[config][[it.id for it in items].index(i)])
-                          in by_id[i].gold) for i in bank.ids]], dtype=float)
+    full = np.array(
+        [
+            [
+                int(np.argmax(tables[config][[it.id for it in items].index(i)]) in by_id[i].gold)
+                for i in bank.ids
+            ]
+        ],
+        dtype=float,
+    )
     ref, _ = estimate_theta(bank, full, "wle")
-    return {"config": config, "items": res.n_items, "theta": float(res.theta),
-            "se": float(res.se), "ref": float(ref[0]), "acc_hat": float(res.acc_hat),
-            "acc": float(full.mean()), "seconds": seconds}
+    return {
+        "config": config,
+        "items": res.n_items,
+        "theta": float(res.theta),
+        "se": float(res.se),
+        "ref": float(ref[0]),
+        "acc_hat": float(res.acc_hat),
+        "acc": float(full.mean()),
+        "seconds": seconds,
+    }

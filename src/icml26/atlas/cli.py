@@ -93,48 +93,45 @@ def test_cmd(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the results as JSON here.")
     ] = None,
+    jobs: Annotated[
+        str | None,
+        typer.Option(help="N local processes, 'ray' or 'ray://HOST:PORT' (same results)."),
+    ] = None,
 ) -> None:
     """Run an adaptive test per model, answering from its recorded responses; print theta, SE,
     items used and the reconstructed accuracy."""
     import numpy as np
 
     from icml26.atlas.bank import ItemBank
-    from icml26.atlas.cat import AdaptiveTest
     from icml26.atlas.data import load_responses
+    from icml26.atlas.parallel import run_tests
     from icml26.core.io import atomic_open, atomic_write_json
 
     bank = ItemBank.load(bank_path)
     R = load_responses(responses)
     cols = bank.index(R.items)  # unknown items: error listing the first five
+    answers = np.full((len(R.models), bank.n_items), np.nan)
+    answers[:, cols] = R.matrix
+    rows = run_tests(
+        bank,
+        answers,
+        jobs=jobs,
+        seed=seed,
+        se_stop=se_stop,
+        min_items=min_items,
+        max_items=max_items,
+        randomesque=randomesque,
+        estimator=estimator,
+        exclude_nonpositive_a=not keep_nonpositive_a,
+    )
     results = []
-    for m, name in enumerate(R.models):
-        answers = np.full(bank.n_items, np.nan)
-        answers[cols] = R.matrix[m]
-        cat = AdaptiveTest(
-            bank,
-            se_stop=se_stop,
-            min_items=min_items,
-            max_items=max_items,
-            randomesque=randomesque,
-            estimator=estimator,
-            seed=seed + m,
-            exclude_nonpositive_a=not keep_nonpositive_a,
-            allowed=~np.isnan(answers),
-        )
-        res = cat.run_indices(np.nan_to_num(answers).astype(int))
+    for name, res in zip(R.models, rows, strict=True):
         results.append(
-            {
-                "model": name,
-                "theta": res.theta,
-                "se": res.se,
-                "items": res.n_items,
-                "acc_hat": res.acc_hat,
-                "trace": res.trace,
-            }
+            {"model": name, **{k: res[k] for k in ("theta", "se", "items", "acc_hat", "trace")}}
         )
         typer.echo(
-            f"{name}\ttheta {res.theta:+.3f}\tSE {res.se:.3f}\titems {res.n_items}\t"
-            f"acc_hat {res.acc_hat:.3f}"
+            f"{name}\ttheta {res['theta']:+.3f}\tSE {res['se']:.3f}\titems {res['items']}\t"
+            f"acc_hat {res['acc_hat']:.3f}"
         )
     if trace is not None:
         with atomic_open(trace, "w", encoding="utf-8") as f:
@@ -173,23 +170,35 @@ def _csv_list(value: str, cast, name: str) -> list:
     try:
         return [cast(v) for v in value.split(",") if v.strip()]
     except ValueError:
-        raise typer.BadParameter(f"{name}: expected a comma-separated list, got {value!r}") from None
+        raise typer.BadParameter(
+            f"{name}: expected a comma-separated list, got {value!r}"
+        ) from None
 
 
 @app.command("responses")
 def responses_cmd(
-    tasks: Annotated[str, typer.Option(help="Comma-separated BIG-bench multiple-choice tasks "
-                                       "(`icml26 atlas responses --list` shows them).")] = "",
-    out: Annotated[Path, typer.Option("--out", "-o", help="Long table to write (.parquet or "
-                                      ".csv): model,item,correct.")] = Path("responses.parquet"),
+    tasks: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated BIG-bench multiple-choice tasks "
+            "(`icml26 atlas responses --list` shows them)."
+        ),
+    ] = "",
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", "-o", help="Long table to write (.parquet or .csv): model,item,correct."
+        ),
+    ] = Path("responses.parquet"),
     model: Annotated[str | None, typer.Option(help="HF folder or .gguf (default SmolLM2).")] = None,
     name: Annotated[str, typer.Option(help="Model name written in the table.")] = "",
     device: Annotated[str, typer.Option(help="torch device.")] = "cpu",
     dtype: Annotated[str, typer.Option(help="torch dtype.")] = "bfloat16",
     max_items: Annotated[int | None, typer.Option(help="Seeded subset per task.")] = None,
     formats: Annotated[str, typer.Option(help="logprob and/or letter.")] = "logprob",
-    drops: Annotated[str, typer.Option(help="Layers dropped, e.g. 0,3,6 (examinee variants).")]
-    = "0",
+    drops: Annotated[
+        str, typer.Option(help="Layers dropped, e.g. 0,3,6 (examinee variants).")
+    ] = "0",
     temps: Annotated[str, typer.Option(help="Sampling temperatures; 0 = argmax.")] = "0",
     seeds: Annotated[int, typer.Option(help="Sampling seeds per T > 0.")] = 1,
     batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 8,
@@ -219,8 +228,11 @@ def responses_cmd(
     fmts, drop_list = _csv_list(formats, str, "--formats"), _csv_list(drops, int, "--drops")
     grid = examinee_grid(fmts, drop_list, _csv_list(temps, float, "--temps"), seeds)
     lm, tok = load_lm(model, dtype=parse_dtype(dtype), device=device)
-    tables = {f"{f}|drop{d}": choice_logprob_table(lm, tok, items, f, d, batch_size)
-              for f in fmts for d in drop_list}
+    tables = {
+        f"{f}|drop{d}": choice_logprob_table(lm, tok, items, f, d, batch_size)
+        for f in fmts
+        for d in drop_list
+    }
     Y = response_matrix(tables, items, grid)
     prefix = (name or Path(model or "smollm2").stem) + "|"
     rows = to_long(grid, items, Y, prefix=prefix)
@@ -237,5 +249,7 @@ def responses_cmd(
 
             pcsv.write_csv(table, f)
     acc = {e.name: float(Y[i].mean()) for i, e in enumerate(grid)}
-    typer.echo(f"{out}: {len(grid)} examinees x {len(items)} items; accuracy "
-               + ", ".join(f"{k} {v:.3f}" for k, v in list(acc.items())[:8]))
+    typer.echo(
+        f"{out}: {len(grid)} examinees x {len(items)} items; accuracy "
+        + ", ".join(f"{k} {v:.3f}" for k, v in list(acc.items())[:8])
+    )

@@ -36,8 +36,11 @@ def dropped_layer_indices(n_layers: int, n_drop: int) -> list[int]:
         raise UserError(f"cannot drop {n_drop} of {n_layers} layers (at most {n_layers - 3})")
     if n_drop == 0:
         return []
-    return sorted({int(round(x)) for x in np.linspace(2, n_layers - 2, n_drop)}) if n_drop > 1 \
+    return (
+        sorted({int(round(x)) for x in np.linspace(2, n_layers - 2, n_drop)})
+        if n_drop > 1
         else [n_layers // 2]
+    )
 
 
 @contextlib.contextmanager
@@ -46,8 +49,10 @@ def layers_dropped(model, n_drop: int):
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if layers is None:
-        raise UserError(f"{type(model).__name__} has no model.layers; layer dropping needs a "
-                        "Llama-style HF decoder")
+        raise UserError(
+            f"{type(model).__name__} has no model.layers; layer dropping needs a "
+            "Llama-style HF decoder"
+        )
     drop = set(dropped_layer_indices(len(layers), n_drop))
     if len(drop) != n_drop:  # rounding collided (tiny models): fill from the middle outwards
         for j in sorted(range(2, len(layers) - 1), key=lambda j: abs(j - len(layers) / 2)):
@@ -66,8 +71,9 @@ def layers_dropped(model, n_drop: int):
         model.config.use_cache = use_cache
 
 
-def choice_logprob_table(model, tok, items: Sequence[MCQItem], fmt: str, n_drop: int = 0,
-                         batch_size: int = 8) -> list[list[float]]:
+def choice_logprob_table(
+    model, tok, items: Sequence[MCQItem], fmt: str, n_drop: int = 0, batch_size: int = 8
+) -> list[list[float]]:
     """Per-item choice log-probs of ``model`` with ``n_drop`` layers dropped, in format ``fmt``."""
     if fmt not in FORMATS:
         raise UserError(f"format {fmt!r} not in {FORMATS}")
@@ -76,8 +82,12 @@ def choice_logprob_table(model, tok, items: Sequence[MCQItem], fmt: str, n_drop:
     return [lp.tolist() for lp in scores.choice_logprobs]
 
 
-def sample_answers(table: Sequence[Sequence[float]], items: Sequence[MCQItem], temperature: float,
-                   rng: np.random.Generator) -> np.ndarray:
+def sample_answers(
+    table: Sequence[Sequence[float]],
+    items: Sequence[MCQItem],
+    temperature: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """0/1 correctness of one examinee: argmax (T = 0) or a draw from softmax(lp / T)."""
     if temperature < 0:
         raise UserError(f"temperature must be >= 0, got {temperature}")
@@ -111,25 +121,39 @@ class Examinee:
         return f"{self.fmt}|drop{self.n_drop}"
 
 
-def examinee_grid(formats: Sequence[str], drops: Sequence[int], temps: Sequence[float],
-                  seeds: int) -> list[Examinee]:
+def examinee_grid(
+    formats: Sequence[str], drops: Sequence[int], temps: Sequence[float], seeds: int
+) -> list[Examinee]:
     """Every examinee of the grid; T = 0 is deterministic, so it gets one seed only."""
-    return [Examinee(f, d, float(t), s) for f in formats for d in drops for t in temps
-            for s in (range(1) if t == 0 else range(seeds))]
+    return [
+        Examinee(f, d, float(t), s)
+        for f in formats
+        for d in drops
+        for t in temps
+        for s in (range(1) if t == 0 else range(seeds))
+    ]
 
 
-def response_matrix(tables: dict[str, list[list[float]]], items: Sequence[MCQItem],
-                    examinees: Sequence[Examinee], seed: int = 0) -> np.ndarray:
+def response_matrix(
+    tables: dict[str, list[list[float]]],
+    items: Sequence[MCQItem],
+    examinees: Sequence[Examinee],
+    seed: int = 0,
+) -> np.ndarray:
     """(E, N) 0/1 matrix from cached log-prob tables keyed by ``Examinee.config``."""
     rows = []
     for e in examinees:
-        rng = np.random.default_rng([seed, e.seed, int(e.temperature * 1000), e.n_drop,
-                                     FORMATS.index(e.fmt)])
+        rng = np.random.default_rng(
+            [seed, e.seed, int(e.temperature * 1000), e.n_drop, FORMATS.index(e.fmt)]
+        )
         rows.append(sample_answers(tables[e.config], items, e.temperature, rng))
     return np.array(rows, dtype=float)
 
 
 def to_long(examinees: Sequence[Examinee], items: Sequence[MCQItem], Y: np.ndarray, prefix=""):
     """Long table rows ``model,item,correct`` (what ``load_responses`` reads)."""
-    return [{"model": prefix + e.name, "item": it.id, "correct": int(Y[i, j])}
-            for i, e in enumerate(examinees) for j, it in enumerate(items)]
+    return [
+        {"model": prefix + e.name, "item": it.id, "correct": int(Y[i, j])}
+        for i, e in enumerate(examinees)
+        for j, it in enumerate(items)
+    ]
