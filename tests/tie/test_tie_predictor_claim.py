@@ -63,18 +63,40 @@ def _check_predictors(tmp_path):
         SSJFPredictor().predict(x)
 
 
-def test_tiny_claim(tmp_path):
+def test_tiny_claim(tmp_path, monkeypatch):
+    """The default (SmolLM2 lengths) claim at tiny, from the packaged real samples: no sampling."""
+    from icml26.tie import lengthstudy
     from icml26.tie.claim import run
 
+    monkeypatch.setattr(lengthstudy, "default_root", lambda: tmp_path / "cache")  # cold cache: the fixture must suffice
+    monkeypatch.setattr(lengthstudy, "sample_lengths", _no_sampling)
     rec = run_claim(Claim("tie", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
     assert rec["error"] is None, rec["error"]
     assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive")
-    rows = {r["policy"]: r for r in rec["rows"]}
-    assert set(rows) == {"FCFS", "SSJF", "LTR", "SEPT", "TIE-lognormal", "TIE", "oracle SJF"}
-    ptla = {k: v["mean PTLA @0.9 (s)"] for k, v in rows.items()}
+    parts = {}
+    for r in rec["rows"]:
+        parts.setdefault(r["part"], []).append(r)
+    assert set(parts) == {"tail", "KS", "held-out log-lik", "predictor", "scheduling"}
+    ptla = {r["quantity"].split(":")[0]: r["measured"] for r in parts["scheduling"]}
+    assert set(ptla) == {"FCFS", "SSJF", "LTR", "SEPT", "TIE-lognormal", "TIE", "oracle SJF"}
     assert all(v > 0 for v in ptla.values())
-    assert ptla["oracle SJF"] <= ptla["FCFS"]  # SJF on the truth can't lose to FCFS on mean latency here
+    assert ptla["oracle SJF"] <= ptla["FCFS"] * 1.001
+    tail = {r["quantity"]: r["measured"] for r in parts["tail"]}
+    assert 0 < tail["top-10% token share"] < 1 and 0 <= tail["cap-hit rate"] <= 1
+    assert all(0 <= r["measured"] <= 1 for r in parts["KS"])
     lo, hi = rec["headline"]["spread"]
     assert lo <= rec["headline"]["value"] <= hi
-    assert len(rec["figures"]) == 3 and all((tmp_path / f).exists() for f in rec["figures"])
+    assert len(rec["figures"]) == 4 and all((tmp_path / f).exists() for f in rec["figures"])
     json.dumps(rec)
+
+
+def _no_sampling(*a, **k):
+    raise AssertionError("the tiny claim must not sample (packaged SmolLM2 fixture)")
+
+
+def test_proxy_option_rejects_unknown_mode(tmp_path):
+    from icml26.tie.claim import run
+
+    rec = run_claim(Claim("tie", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path,
+                    options={"lengths": "bogus"})
+    assert "lengths must be smollm2 or proxy" in rec["error"]["message"]

@@ -1,14 +1,17 @@
-"""Claim ``tie``: ranking by E[X~] + beta CVaR of a log-t length beats FCFS, SSJF and LTR on
-per-token latency under load.
+"""Claim ``tie``: real output lengths are heavy-tailed (log-t), and ranking by E[X~] + beta CVaR of a
+log-t length beats FCFS, SSJF and LTR on per-token latency under load.
 
-What runs (all scales): a *generated* prompt population with per-prompt log-t lengths
-(:mod:`icml26.tie.experiment`; no LLM sampling: see notes), offline labels fitted from
-``n_label`` capped samples per prompt, cross-fitted predictors (TIE heads, SSJF, LTR) on prompt
-features, and a vLLM-V1-like engine (Llama-3-8B roofline on one H100, max_num_seqs 32, x_max =
-cap = 2048) replaying Poisson traces at loads 0.6-1.0 of FCFS capacity with 7 policies.
-Headline: mean PTLA(LTR) / mean PTLA(TIE) at load 0.9, mean and min/max over seeds; target 1.15.
+``run`` dispatches on ``--opt lengths=``:
 
-Options: ``loads`` (comma list), ``requests``, ``seeds``, ``prompts``.
+- ``smollm2`` (default): the claim on real SmolLM2 samples (tail statistics, KS, held-out
+  likelihood, a MiniLM predictor, and scheduling on held-out sampled lengths);
+  see :mod:`icml26.tie.realclaim`.
+- ``proxy``: :func:`run_proxy`, the earlier generated prompt population with per-prompt log-t
+  lengths (:mod:`icml26.tie.experiment`; no LLM sampling), x_max = cap = 2048, 7 policies.
+  Options ``loads``, ``requests``, ``seeds``, ``prompts``.
+
+Headline (both): mean PTLA(LTR) / mean PTLA(TIE) at load 0.9, mean and min/max over seeds;
+target 1.15.
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ def _plots(ctx, loads, table, pop, pred):
     return figs
 
 
-def run(ctx: RunContext) -> Result:
+def run_proxy(ctx: RunContext) -> Result:
+    """The generated-proxy variant (``--opt lengths=proxy``); see the module docstring."""
     opt = ctx.options
     n_prompts = int(opt.get("prompts", ctx.pick(tiny=48, small=480, full=3000)))
     n_req = int(opt.get("requests", ctx.pick(tiny=400, small=4000, full=20000)))
@@ -165,3 +169,14 @@ def run(ctx: RunContext) -> Result:
                   headline=Measure(f"PTLA(LTR)/PTLA(TIE) @ load {H}", float(ratio.mean()), "x",
                                    (float(ratio.min()), float(ratio.max())), higher_is_better=True),
                   target=TARGET, notes=notes, figures=figs)
+
+
+def run(ctx: RunContext) -> Result:
+    mode = str(ctx.options.get("lengths", "smollm2")).lower()
+    if mode == "proxy":
+        return run_proxy(ctx)
+    if mode != "smollm2":
+        raise ValueError(f"option lengths must be smollm2 or proxy; got {mode!r}")
+    from icml26.tie.realclaim import run as run_real
+
+    return run_real(ctx)

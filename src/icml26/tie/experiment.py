@@ -14,6 +14,7 @@ that prompt's distribution (held out from the labels).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -26,10 +27,11 @@ from icml26.sim.trace import Request
 from icml26.tie.lengths import LogT, fit_lognormal, fit_logt
 from icml26.tie.predictor import HeadConfig, LengthPredictor, LTRRanker, SSJFPredictor
 from icml26.tie.queue import QueueConfig, TIEQueue
-from icml26.tie.score import tie_score
+from icml26.tie.score import ScoreTable
 
 __all__ = ["FAMILY_PARAMS", "Population", "make_population", "fit_labels", "crossfit", "POLICIES",
-           "make_queue", "make_trace", "run_policy"]
+           "make_queue", "make_trace", "run_policy", "RealPopulation",
+           "fit_labels_real", "make_trace_real"]
 
 # family: (median log length, median log-t sigma)  [generated proxy; LMSYS-like spread]
 FAMILY_PARAMS = {"yesno": (1.8, 0.45), "list": (4.6, 0.45), "explain": (5.4, 0.55),
@@ -95,14 +97,20 @@ def _r2(y, yhat) -> float:
     return float(1 - ((y - yhat) ** 2).sum() / ((y - y.mean()) ** 2).sum())
 
 
-def crossfit(pop: Population, labels: dict, folds: int = 5, head: HeadConfig = HeadConfig(), seed: int = 0,
+def crossfit(pop, labels: dict, folds: int = 5, head: HeadConfig = HeadConfig(), seed: int = 0,
              progress=None) -> tuple[dict, dict]:
     """Out-of-fold predictions for every prompt (split by prompt) from TIE's heads (log-t and
-    log-normal labels), SSJF and LTR; returns ``(predictions, r2)`` with R^2 of mu and sigma
-    against the labels, overall and against a family-mean predictor."""
-    n = len(pop.mu)
+    log-normal labels), SSJF and LTR; returns ``(predictions, r2)``.
+
+    ``r2``: R^2 of the out-of-fold mu and sigma against the labels, overall (``mu``, ``sigma``) and
+    within family (``*_within``: 1 - sum of squared errors / sum of squares around each family's
+    label mean), for the heads and for the family-mean predictor (``*_family_mean``: each held-out
+    prompt gets the mean label of its family in the training folds).
+    """
+    n = len(labels["mu"])
     perm = np.random.default_rng(seed + 2).permutation(n)
     pred = {k: np.zeros(n) for k in ("mu", "sigma", "ln_mu", "ln_sigma", "ssjf", "ltr")}
+    fam_pred = {k: np.zeros(n) for k in ("mu", "sigma")}
     it = range(folds)
     it = progress.track(it, total=folds, description="training predictors (cross-fitted)") if progress else it
     x = pop.features
@@ -114,12 +122,28 @@ def crossfit(pop: Population, labels: dict, folds: int = 5, head: HeadConfig = H
         _folds(it, perm, folds, x, labels, pred, head)
     finally:
         torch.set_num_threads(threads)
-    fam_mu = {f: labels["mu"][pop.family == f].mean() for f in FAMILY_PARAMS}
-    fam_s = {f: labels["sigma"][pop.family == f].mean() for f in FAMILY_PARAMS}
-    r2 = {"mu": _r2(labels["mu"], pred["mu"]), "sigma": _r2(labels["sigma"], pred["sigma"]),
-          "mu_family_mean": _r2(labels["mu"], [fam_mu[f] for f in pop.family]),
-          "sigma_family_mean": _r2(labels["sigma"], [fam_s[f] for f in pop.family])}
+    fam = np.asarray(pop.family)
+    for f in range(folds):
+        te = perm[f::folds]
+        tr = np.setdiff1d(perm, te)
+        for k in ("mu", "sigma"):
+            for i in te:
+                same = tr[fam[tr] == fam[i]]
+                fam_pred[k][i] = labels[k][same].mean() if same.size else labels[k][tr].mean()
+    r2 = {}
+    for k in ("mu", "sigma"):
+        r2[k] = _r2(labels[k], pred[k])
+        r2[f"{k}_family_mean"] = _r2(labels[k], fam_pred[k])
+        r2[f"{k}_within"] = _r2_within(labels[k], pred[k], fam)
+        r2[f"{k}_family_mean_within"] = _r2_within(labels[k], fam_pred[k], fam)
+    pred["family_mu"], pred["family_sigma"] = fam_pred["mu"], fam_pred["sigma"]
     return pred, r2
+
+
+def _r2_within(y, yhat, fam) -> float:
+    y, yhat = np.asarray(y, float), np.asarray(yhat, float)
+    sst = sum(((y[fam == f] - y[fam == f].mean()) ** 2).sum() for f in np.unique(fam))
+    return float(1 - ((y - yhat) ** 2).sum() / sst) if sst > 0 else float("nan")
 
 
 def _folds(it, perm, folds, x, labels, pred, head) -> None:
@@ -147,7 +171,76 @@ def make_trace(pop: Population, n: int, rate: float | None, seed: int, prompt_to
                     meta={"prompt": int(idx[i])}) for i in range(n)]
 
 
-def make_queue(policy: str, pop: Population, max_num_seqs: int, qcfg: QueueConfig):
+@dataclass
+class RealPopulation:
+    """Prompts with *sampled* output lengths (see :mod:`icml26.tie.lengthstudy`).
+
+    ``label_lengths`` / ``label_censored``: the samples the offline labels are fitted on;
+    ``heldout``: the other samples of the same prompt, from which simulated requests draw their
+    true output length; ``prompt_tokens``: the prompt's token count under the chat template."""
+
+    family: np.ndarray
+    features: np.ndarray
+    label_lengths: list
+    label_censored: list
+    heldout: list
+    prompt_tokens: np.ndarray
+    cap: int
+    labels: dict | None = None
+    pred: dict | None = None
+    table_grid: tuple[int, int] = (512, 128)  # ScoreTable (n_mu, n_sigma); tiny uses a coarser one
+
+
+def fit_labels_real(lengths: list, censored: list, progress=None) -> dict:
+    """The paper's offline labels from sampled lengths: log-t (nu = 3.5) and log-normal MLE
+    (censored at the cap), sample mean (SSJF/LTR; a censored length counts as the cap).
+
+    Unidentifiable prompts get a documented nudge: when every sample hit the cap, the first one is
+    treated as uncensored (the fit then sits at the cap); when every sample has the same length,
+    one sample is moved up by one token (the proxy population does the same)."""
+    n = len(lengths)
+    out = {k: np.zeros(n) for k in ("mu", "sigma", "ln_mu", "ln_sigma", "mean")}
+    out["nudged"] = np.zeros(n, bool)
+    it = range(n)
+    it = progress.track(it, total=n, description="fitting per-prompt labels") if progress else it
+    for i in it:
+        L, c = np.asarray(lengths[i], np.int64).copy(), np.asarray(censored[i], bool).copy()
+        if c.all():
+            c[0] = False
+            out["nudged"][i] = True
+        if np.unique(L).size == 1:
+            j = int(np.argmax(~c))
+            L[j] += 1 if not c.any() else -1
+            out["nudged"][i] = True
+        t, ln = fit_logt(L, c, nu=3.5), fit_lognormal(L, c)
+        out["mu"][i], out["sigma"][i] = t.mu, t.sigma
+        out["ln_mu"][i], out["ln_sigma"][i] = ln.mu, ln.sigma
+        out["mean"][i] = float(np.mean(lengths[i]))
+    return out
+
+
+def make_trace_real(pop: RealPopulation, n: int, rate: float | None, seed: int) -> list[Request]:
+    """``n`` requests: Poisson arrivals at ``rate`` (None: all at t = 0), a uniformly drawn
+    prompt, its real prompt length, and a true output length drawn from the prompt's *held-out*
+    samples (never used for its labels)."""
+    rng = np.random.default_rng(seed + 100)
+    t = np.zeros(n) if rate is None else np.cumsum(rng.exponential(1 / rate, n))
+    idx = rng.integers(0, len(pop.heldout), n)
+    out = []
+    for i in range(n):
+        h = pop.heldout[idx[i]]
+        L = int(h[rng.integers(0, len(h))])
+        out.append(Request(i, float(t[i]), int(pop.prompt_tokens[idx[i]]), max(1, min(L, pop.cap)),
+                           type=str(pop.family[idx[i]]), meta={"prompt": int(idx[i])}))
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _table(x_max: float, nu: float, grid: tuple[int, int] = (512, 128)) -> ScoreTable:
+    return ScoreTable(x_max=x_max, alpha=0.9, nu=nu, n_mu=grid[0], n_sigma=grid[1])
+
+
+def make_queue(policy: str, pop, max_num_seqs: int, qcfg: QueueConfig):
     """The waiting queue of ``policy`` (one of :data:`POLICIES`)."""
     P = pop.pred
     noage = QueueConfig(**{**qcfg.__dict__, "gamma": 1.0})
@@ -167,12 +260,12 @@ def make_queue(policy: str, pop: Population, max_num_seqs: int, qcfg: QueueConfi
         mu, sg = (P["ln_mu"], P["ln_sigma"]) if ln else (P["mu"], P["sigma"])
         nu = math.inf if ln else 3.5
         beta = 0.0 if policy == "SEPT" else None
-        return TIEQueue(lambda r, q: tie_score(mu[r.meta["prompt"]], sg[r.meta["prompt"]], q, max_num_seqs,
-                                               cap, 0.9, nu, beta), qcfg)
+        table = _table(float(cap), nu, getattr(pop, "table_grid", (512, 128)))  # exact expectations interpolated (ScoreTable), not 10k MC
+        return TIEQueue(lambda r, q: table(mu[r.meta["prompt"]], sg[r.meta["prompt"]], q, max_num_seqs, beta), qcfg)
     raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
 
 
-def run_policy(policy: str, pop: Population, trace: list[Request], cost, engine_cfg: EngineConfig,
+def run_policy(policy: str, pop, trace: list[Request], cost, engine_cfg: EngineConfig,
                qcfg: QueueConfig, finish_n: int | None = None) -> dict:
     eng = Engine(engine_cfg, cost, make_queue(policy, pop, engine_cfg.max_num_seqs, qcfg))
     recs = sim_run(trace, eng)

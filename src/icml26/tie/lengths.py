@@ -112,18 +112,31 @@ def _fit(x, c, nu, free_nu):
     lx = np.log(x)
     mu0 = float(np.median(lx))
     s0 = float(max(np.median(np.abs(lx - mu0)) * 1.4826, 0.1))
+    # the likelihood of LogT.discrete_logpmf, on unique (value, censored) pairs with counts and
+    # precomputed logs: the optimiser calls it hundreds of times per fit
+    keys, w = np.unique(np.stack([x, c.astype(float)]), axis=1, return_counts=True)
+    k, cen = keys[0], keys[1].astype(bool)
+    with np.errstate(divide="ignore"):
+        lo, hi = np.log(k - 1), np.log(k)
+    w = w.astype(float)
 
     def nll(theta):
         mu, ls = theta[0], theta[1]
         v = 1 + math.exp(theta[2]) if free_nu else nu
-        if not (-20 < ls < 5) or abs(mu) > 50 or (free_nu and v > 1e4):
+        if not (-20 < ls < 5) or abs(mu) > 50 or (free_nu and not 1.01 <= v <= 1e4):
             return 1e12
-        return -float(LogT(mu, math.exp(ls), v).discrete_logpmf(x, c).sum())
+        sg = math.exp(ls)
+        zl, zh = (lo - mu) / sg, (hi - mu) / sg
+        F = special.ndtr if math.isinf(v) else (lambda z: special.stdtr(v, z))
+        upper = hi > mu
+        p = np.where(upper, F(-zl) - F(-zh), F(zh) - F(zl))
+        p = np.where(cen, F(-zl), p)
+        return -float(w @ np.log(np.maximum(p, 1e-300)))
 
     th0 = [mu0, math.log(s0)] + ([math.log(2.5)] if free_nu else [])
     res = optimize.minimize(nll, th0, method="Nelder-Mead",
                             options={"xatol": 1e-5, "fatol": 1e-7, "maxiter": 2000})
-    v = 1 + math.exp(res.x[2]) if free_nu else nu
+    v = min(max(1 + math.exp(res.x[2]), 1.01), 1e4) if free_nu else nu  # free nu lives in [1.01, 1e4]
     return LogT(float(res.x[0]), float(math.exp(res.x[1])), float(v))
 
 
@@ -163,7 +176,8 @@ def ks_test(lengths, censored=None, family: str = "logt", nu: float | None = 3.5
 
     The p-value is a parametric bootstrap (Lilliefors-style): ``n_boot`` samples of the same size
     from the fitted model, discretised and censored at ``cap`` like the data, each refitted; p =
-    (1 + #{D* >= D}) / (1 + n_boot). ``family``: ``logt`` (``nu`` fixed, or free with None) or
+    (1 + #{D* >= D}) / (1 + n_boot). Replicates are drawn conditionally on not being entirely
+    censored (the data are not, or they could not be fitted). ``family``: ``logt`` (``nu`` fixed, or free with None) or
     ``lognormal``.
     """
     x, c = _check(lengths, censored)
@@ -177,6 +191,13 @@ def ks_test(lengths, censored=None, family: str = "logt", nu: float | None = 3.5
     hits = 0
     for _ in range(n_boot):
         xb, cb = d.sample_lengths(rng, x.size, cap)
+        for _retry in range(50):  # condition on what the data satisfy: not every length censored
+            if not cb.all():
+                break
+            xb, cb = d.sample_lengths(rng, x.size, cap)
+        else:
+            hits += 1  # an unfittable replicate counts as at least as extreme (conservative)
+            continue
         if np.unique(xb).size < 2:
             xb = np.sort(xb)
             xb[-1] = xb[-1] + 1 if cap is None or xb[-1] + 1 < cap else xb[-1]

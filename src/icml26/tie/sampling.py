@@ -9,8 +9,8 @@ Length convention: the number of generated tokens *including* the EOS token (so 
 completion that reaches ``cap`` without EOS is recorded as ``cap`` and flagged censored (its true
 length is ``>= cap``).
 
-The cache (JSON, written atomically every ``checkpoint_s``) maps ``sha1(prompt)`` to its lengths
-and censor flags, so an interrupted run resumes where it stopped.
+The cache (JSON, written atomically every ``checkpoint_s``) maps ``sha1(prompt)`` to its lengths,
+censor flags and prompt token count (chat template included), so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ def sample_lengths(model, tok, prompts: list[str], config: SampleConfig = Sample
         k = prompt_key(p)
         have = len(done.get(k, {}).get("lengths", []))
         ids = _chat_ids(tok, p)
+        done.setdefault(k, {"lengths": [], "censored": []})["prompt_tokens"] = len(ids)
         jobs += [(k, ids)] * max(0, cfg.n_samples - have)
     total = len(jobs)
     advance = progress.task("sampling completions", total) if progress is not None else (lambda n=1: None)
