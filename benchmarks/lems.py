@@ -5,8 +5,12 @@
 2. At 60% of linear parameters kept (KFAC + LEMS ranks): parameter count and bytes, prefill
    tokens/s (batch x seq) and greedy decode tokens/s, dense vs compressed in the same process.
 
+3. ``--kl-only``: CPU seconds per LEMS KL score (one layer in block 15 and in block 29 perturbed,
+   2 x 256 search tokens) with the scorer's references on the device, offloaded to the CPU, and
+   offloaded to disk; no compression run.
+
 Usage: ``python benchmarks/lems.py [--last-blocks N] [--n-calib 16] [--prefill 4x512]
-[--decode 64] [--device cpu] [--out results/bench]``. Prints markdown rows for RESULTS.md and
+[--decode 64] [--device cpu] [--out results/bench] [--kl-only]``. Prints markdown rows for RESULTS.md and
 writes ``lems.json`` and ``lems_speed.png``. On a GPU: ``--device cuda --prefill 8x2048``.
 """
 
@@ -60,6 +64,38 @@ def decode_tps(model, ids, n_new, device) -> float:
     return n_new * ids.shape[0] / (time.perf_counter() - t)
 
 
+def kl_scores(device, reps: int = 3) -> list[dict]:
+    """CPU seconds per KLScorer.score for each offload mode (same model, batches, perturbation)."""
+    import tempfile
+
+    from icml26.lems.layers import swapped_weights
+
+    m32, tok = load_lm(None, dtype=torch.float32, device=device)
+    model = m32.to(torch.bfloat16)
+    search = calibration_batches(tok, 2, 256, batch_size=4, seed=1)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="lems-kl-") as tmp:
+        for mode in (None, "cpu", Path(tmp) / "refs"):
+            t = time.process_time()
+            scorer = KLScorer(model, search, offload=mode)
+            build = time.process_time() - t
+            for block in (15, 29):
+                name = f"model.layers.{block}.mlp.down_proj"
+                w = model.get_submodule(name).weight.detach()
+                with swapped_weights(model, {name: (w.float() * 0.5).to(w.dtype)}):
+                    kl = scorer.score(model, block)  # warm-up
+                    t = time.process_time()
+                    for _ in range(reps):
+                        scorer.score(model, block)
+                    cpu = (time.process_time() - t) / reps
+                rows.append({"offload": "device" if mode is None else ("cpu" if mode == "cpu" else "disk"),
+                             "block": block, "cpu_s_per_score": cpu, "build_cpu_s": build, "kl": kl})
+    print("| offload | layer in block | CPU s per score (2×256) | build CPU s | KL |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['offload']} | {r['block']} | {r['cpu_s_per_score']:.3f} | {r['build_cpu_s']:.2f} | {r['kl']:.6f} |")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--last-blocks", type=int, default=0, help="compress only the last N blocks (0 = all)")
@@ -71,7 +107,13 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=Path, default=Path("results/bench"))
+    ap.add_argument("--kl-only", action="store_true", help="only time the KL scorer's offload modes")
     args = ap.parse_args()
+    if args.kl_only:
+        rows = kl_scores(args.device)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "lems_kl.json").write_text(json.dumps(rows, indent=2))
+        return
     device, dtype = args.device, torch.bfloat16
     m32, tok = load_lm(None, dtype=torch.float32, device=device)
     model = copy.deepcopy(m32).to(dtype)

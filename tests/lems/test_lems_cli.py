@@ -22,12 +22,14 @@ def test_compress_and_show(tmp_path):
     runner = CliRunner()
     args = ["compress", "--model", str(base), "--ratio", "0.6", "--calib", str(tmp_path / "calib.txt"),
             "--n-calib", "4", "--n-search", "2", "--seq-len", "32", "--trials", "1", "--dtype", "fp32",
-            "--cache-dir", str(tmp_path / "cache"), "-o", str(tmp_path / "out")]
+            "--cache-dir", str(tmp_path / "cache"), "--kl-offload", str(tmp_path / "kl"),
+            "-o", str(tmp_path / "out")]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert cfg["icml26_lems"]["kept_fraction"] <= 0.6
     assert (tmp_path / "cache" / "stats.safetensors").is_file()
+    assert sorted(p.name for p in (tmp_path / "kl").iterdir()) == ["batch0.safetensors"]  # on disk
     shown = runner.invoke(app, ["show", str(tmp_path / "out")])
     assert shown.exit_code == 0 and "kept fraction" in shown.output
     again = runner.invoke(app, args)  # OUT is not empty now

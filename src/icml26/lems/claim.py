@@ -10,19 +10,27 @@ bootstrap CI over test windows. Target: < 0.90.
 Options (``--opt key=value``): ``model`` (HF folder or .gguf; default packaged SmolLM2),
 ``dtype`` (model dtype for statistics, search and evaluation; default bf16; factorization always
 uses float32 weights), ``n_calib``, ``n_search``, ``seq_len``, ``eval_tokens``, ``trials``,
-``ratios`` (comma list), ``last_blocks`` (compress only the last N blocks; 0 = all).
+``ratios`` (comma list), ``last_blocks`` (compress only the last N blocks; 0 = all), ``seeds``
+(calibration seeds, one unit each; default 1 tiny, 3 small/full), ``drop`` (comma list of baseline
+decompositions to leave out: svd, svd_llm, asvd, fwsvd -- the issue lets ASVD and FWSVD go when
+they do not fit).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from icml26.core.claims import Measure, Result, RunContext
+from icml26.core.errors import UserError
+from icml26.core.io import atomic_write_json
 from icml26.core.lm import cache_root, load_lm
 from icml26.core.plots import pyplot, save_figure
 from icml26.core.text import calibration_batches, perplexity, token_ids
@@ -57,16 +65,40 @@ def _settings(ctx: RunContext) -> dict:
         "seq_len": ctx.pick(64, 256, 2048), "eval_tokens": ctx.pick(1024, 16384, 262144),
         "eval_len": ctx.pick(256, 512, 2048), "trials": ctx.pick(2, 10, 10),
         "ratios": ctx.pick("0.6", "0.8,0.6", "0.9,0.8,0.7,0.6"), "last_blocks": ctx.pick(2, 0, 0),
+        "seeds": ctx.pick(1, 3, 3),
     }
     for key in d:
         if key in o:
             d[key] = o[key] if key == "ratios" else int(o[key])
     d["ratios"] = sorted({float(x) for x in str(d["ratios"]).split(",")} | {HEADLINE_RATIO},
                          reverse=True)
+    drop = sorted({x.strip() for x in str(o.get("drop", "")).split(",") if x.strip()})
+    bad = [x for x in drop if x not in ("svd", "svd_llm", "asvd", "fwsvd")]
+    if bad:
+        raise UserError(f"--opt drop: {', '.join(bad)} cannot be dropped (choose among svd, "
+                        "svd_llm, asvd, fwsvd; the KFAC arms make the headline)")
+    d["drop"] = drop
     return d
 
 
+def units(ctx: RunContext) -> list[RunContext]:
+    """One unit per calibration seed (``seed``, ``seed + 1``, ...): calibration and search batches
+    are drawn with that seed; the test windows are the same for every unit."""
+    n = _settings(ctx)["seeds"]
+    if n < 1:
+        raise UserError(f"--opt seeds must be >= 1; got {n}")
+    return [dataclasses.replace(ctx, seed=ctx.seed + i, out_dir=ctx.out_dir / f"seed{ctx.seed + i}")
+            for i in range(n)]
+
+
 def run(ctx: RunContext) -> Result:
+    return combine(ctx, [run_unit(u) for u in units(ctx)])
+
+
+def run_unit(ctx: RunContext) -> Result:
+    """Every arm for one calibration seed. Besides its Result it writes ``windows.json`` (per-window
+    test NLLs of every arm, chosen ranks summary, Optuna trials, stage times) for :func:`combine`."""
+    t_start = time.perf_counter()
     device = check_device(ctx.device)
     dtype = parse_dtype(ctx.options.get("dtype", "bf16"))
     s = _settings(ctx)
@@ -107,7 +139,7 @@ def run(ctx: RunContext) -> Result:
     n_tok = np.array(dense.window_tokens)
     trials_log, heat = [], None
     by_decomp: dict[tuple[str, str], list] = {}
-    for arm in ARMS:
+    for arm in (a for a in ARMS if a[1] not in s["drop"]):
         by_decomp.setdefault((arm[1], arm[2]), []).append(arm)
     for (method, left), arms in by_decomp.items():
         factors = timed("factorize", factorize, model32, stats, method, left_factor=left,
@@ -143,33 +175,122 @@ def run(ctx: RunContext) -> Result:
                 del m
         del factors
 
-    def ratio_fn(a, b, n):
-        return float(np.exp((a.sum() - b.sum()) / n.sum()))
+    lems_w = windows[HEADLINE_LEMS]
+    unif_w = windows[HEADLINE_UNIFORM]
+    value = _ratio(lems_w, unif_w, n_tok)
+    spread = bootstrap_ci(_ratio, lems_w, unif_w, n_tok, seed=ctx.seed)
+    for row in rows:
+        row["seed"] = ctx.seed
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"label": label, "layers": len(layers), "blocks": n_blocks, "last": last,
+            "dtype": str(dtype).removeprefix("torch."), "settings": {**s, "ratios": s["ratios"]},
+            "seed": ctx.seed, "times": times, "wall": time.perf_counter() - t_start}
+    side = ctx.out_dir / "windows.json"
+    atomic_write_json(side, {
+        "meta": meta, "rows": rows, "n_tok": n_tok.tolist(),
+        "windows": {k: v.tolist() for k, v in windows.items()}, "trials": trials_log,
+        "heat": None if heat is None else {"grid": np.nan_to_num(heat[0], nan=-1).tolist(),
+                                           "blocks": heat[1], "kinds": heat[2]},
+    })
+    return Result(rows=rows, headline=Measure(
+        HEADLINE_NAME, value, "x", spread, higher_is_better=False), target=TARGET,
+        notes=[f"seed {ctx.seed}: {value:.3f} [{spread[0]:.3f}, {spread[1]:.3f}]"], figures=[side])
 
-    lems_w = windows[f"KFAC-SVD (L_G), LEMS @ {HEADLINE_RATIO}"]
-    unif_w = windows[f"KFAC-SVD (L_G), uniform @ {HEADLINE_RATIO}"]
-    value = ratio_fn(lems_w, unif_w, n_tok)
-    spread = bootstrap_ci(ratio_fn, lems_w, unif_w, n_tok, seed=ctx.seed)
-    figures = _figures(ctx, rows, heat, trials_log, label)
+
+HEADLINE_NAME = f"ppl(KFAC+LEMS) / ppl(KFAC uniform) at {HEADLINE_RATIO:.0%} kept"
+HEADLINE_LEMS = f"KFAC-SVD (L_G), LEMS @ {HEADLINE_RATIO}"
+HEADLINE_UNIFORM = f"KFAC-SVD (L_G), uniform @ {HEADLINE_RATIO}"
+
+
+def _ratio(a, b, n):
+    """exp(mean over seeds of (NLL_a - NLL_b) per token): the perplexity ratio, geometric mean
+    over seeds. ``a``, ``b``: (windows,) or (windows, seeds) window NLL sums; ``n``: (windows,)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    diff = (a.sum(0) - b.sum(0)) / np.asarray(n, dtype=np.float64).sum()
+    return float(np.exp(np.mean(diff)))
+
+
+def combine(ctx: RunContext, results: list[Result]) -> Result:
+    """Pool the seeds: per arm the geometric-mean perplexity over seeds (with the seeds' min/max);
+    headline = geometric mean of the seeds' ratios; spread = the 95% paired bootstrap over test
+    windows (resampled jointly for all seeds), widened to cover every seed's own ratio."""
+    sides = []
+    for r in results:
+        path = next(Path(f) for f in r.figures if Path(f).name == "windows.json")
+        sides.append(json.loads(Path(path).read_text()))
+    sides.sort(key=lambda d: d["meta"]["seed"])
+    seeds = [d["meta"]["seed"] for d in sides]
+    n_tok = np.array(sides[0]["n_tok"])
+    if any(d["n_tok"] != sides[0]["n_tok"] for d in sides):
+        raise RuntimeError("lems units were evaluated on different test windows")
+    stack = {k: np.stack([np.array(d["windows"][k]) for d in sides], axis=1) for k in sides[0]["windows"]}
+    per_seed = [_ratio(stack[HEADLINE_LEMS][:, i], stack[HEADLINE_UNIFORM][:, i], n_tok)
+                for i in range(len(seeds))]
+    value = _ratio(stack[HEADLINE_LEMS], stack[HEADLINE_UNIFORM], n_tok)
+    lo, hi = bootstrap_ci(_ratio, stack[HEADLINE_LEMS], stack[HEADLINE_UNIFORM], n_tok, seed=ctx.seed)
+    spread = (min(lo, *per_seed), max(hi, *per_seed))
+
+    rows = []
+    dense_ppl = None
+    for i, row in enumerate(sides[0]["rows"]):
+        same = [d["rows"][i] for d in sides]
+        if any((x["system"], x["target"]) != (row["system"], row["target"]) for x in same):
+            raise RuntimeError("lems units produced different arms")
+        ppls = np.array([x["perplexity"] for x in same])
+        ppl = float(np.exp(np.log(ppls).mean()))
+        out = {"system": row["system"], "target": row["target"],
+               "kept": min(x["kept"] for x in same),
+               "linear params": max(x["linear params"] for x in same),
+               "perplexity": round(ppl, 3)}
+        if len(same) > 1:
+            out["ppl min"], out["ppl max"] = round(float(ppls.min()), 3), round(float(ppls.max()), 3)
+        if dense_ppl is None:
+            dense_ppl = ppl
+        else:
+            out["vs dense"] = round(ppl / dense_ppl, 3)
+        if "alpha" in row:
+            out["LEMS alpha, gamma"] = "; ".join(f"{x['alpha']:.2f}, {x['gamma']:.2f}" for x in same)
+        rows.append(out)
+
+    heats = [d["heat"] for d in sides if d["heat"] is not None]
+    heat = None
+    if heats:
+        grid = np.mean([np.where(np.array(h["grid"]) < 0, np.nan, np.array(h["grid"])) for h in heats], 0)
+        heat = (grid, heats[0]["blocks"], heats[0]["kinds"])
+    trials = [dict(t, arm=f"{t['arm']}, seed {d['meta']['seed']}" if len(sides) > 1 else t["arm"])
+              for d in sides for t in d["trials"]]
+    m, st = sides[0]["meta"], sides[0]["meta"]["settings"]
+    label, last = m["label"], m["last"]
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    figures = _figures(ctx, rows, heat, trials, label)
+    times: dict[str, float] = {}
+    for d in sides:
+        for k, v in d["meta"]["times"].items():
+            times[k] = times.get(k, 0.0) + v
+    seed_word = (f"{len(seeds)} calibration seeds ({', '.join(map(str, seeds))})" if len(seeds) > 1
+                 else f"one calibration seed ({seeds[0]})")
     notes = [
         f"{label}: its weights went through Q4_1 quantization (the packaged GGUF, dequantized), "
         "which puts a noise floor under every singular spectrum.",
-        f"{len(layers)} target linears (embeddings, norms and the tied head excluded)"
-        + (f", last {last} of {n_blocks} blocks only" if last else "") + ".",
-        f"Calibration {s['n_calib']} x {s['seq_len']} tokens and search set {s['n_search']} x "
-        f"{s['seq_len']} from the Wikipedia train split (paper: 256 x 2048 and 32 x 2048 of "
-        "WikiText-2); perplexity on "
-        f"{int(n_tok.sum())} Wikipedia test tokens in {s['eval_len']}-token windows, so numbers "
-        "are not comparable with the paper's WikiText-2 perplexities.",
-        f"Statistics, search and evaluation in {str(dtype).removeprefix('torch.')}; factorization "
+        f"{m['layers']} target linears (embeddings, norms and the tied head excluded)"
+        + (f", last {last} of {m['blocks']} blocks only" if last else "") + ".",
+        f"Calibration {st['n_calib']} x {st['seq_len']} tokens and search set {st['n_search']} x "
+        f"{st['seq_len']} from the Wikipedia train split (paper: 256 x 2048 and 32 x 2048 of "
+        "WikiText-2), drawn per seed; perplexity on the same "
+        f"{int(n_tok.sum())} Wikipedia test tokens ({len(n_tok)} windows of {st['eval_len']}) for "
+        "every arm and seed, so numbers are not comparable with the paper's WikiText-2 perplexities.",
+        f"Statistics, search and evaluation in {m['dtype']}; factorization "
         "in float32 from the float32 weights. LEMS: KL at T=0.6 skipping 1/8 of positions, "
-        f"Optuna TPE {s['trials']} trials (seed 42), ranks multiples of 8, HiGHS MILP instead of Gurobi.",
-        "Spread: 95% paired bootstrap over test windows (one calibration seed).",
-        "Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()) + ".",
+        f"Optuna TPE {st['trials']} trials (seed 42), ranks multiples of 8, HiGHS MILP instead of Gurobi.",
+        f"{seed_word}: perplexity = geometric mean over seeds (ppl min/max = the seeds' range). "
+        "Headline per seed: " + ", ".join(f"{x:.3f}" for x in per_seed) + ". Spread: 95% paired "
+        "bootstrap over test windows of the seed-averaged ratio, widened to cover every seed's ratio.",
+        "Stage times summed over seeds (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items())
+        + "; wall per seed (s): " + ", ".join(f"{d['meta']['wall']:.0f}" for d in sides) + ".",
     ]
-    return Result(rows=rows, headline=Measure(
-        f"ppl(KFAC+LEMS) / ppl(KFAC uniform) at {HEADLINE_RATIO:.0%} kept", value, "x", spread,
-        higher_is_better=False), target=TARGET, notes=notes, figures=figures)
+    return Result(rows=rows, headline=Measure(HEADLINE_NAME, value, "x", spread,
+                                              higher_is_better=False),
+                  target=TARGET, notes=notes, figures=figures)
 
 
 def _to(f, device):
@@ -184,7 +305,7 @@ def _figures(ctx, rows, heat, trials_log, label):
     dense = rows[0]["perplexity"]
     targets = sorted({r["target"] for r in rows[1:]})
     if len(targets) == 1:  # one budget: a bar per arm
-        arms = [a[0] for a in ARMS]
+        arms = [a[0] for a in ARMS if any(r["system"] == a[0] for r in rows)]
         vals = [next(r["perplexity"] for r in rows if r["system"] == a) for a in arms]
         ax.barh(arms, vals, color=["C1" if "LEMS" in a else "C0" for a in arms])
         ax.axvline(dense, color="k", lw=0.8, label="dense")
@@ -193,14 +314,25 @@ def _figures(ctx, rows, heat, trials_log, label):
         ax.tick_params(axis="y", labelsize=7)
         ax.xaxis.set_minor_formatter(plt.NullFormatter())
     else:
-        for arm in ARMS:
-            pts = sorted((r["target"], r["perplexity"]) for r in rows if r["system"] == arm[0])
-            ax.plot(*zip(*pts, strict=True), marker="o", label=arm[0],
-                    linestyle="-" if arm[3] == "lems" else "--")
+        present = [a for a in ARMS if any(r["system"] == a[0] for r in rows)]
+        # an arm 100x worse than the median arm (plain SVD on Q4_1 weights) would flatten the
+        # others: it is named in the legend with its range instead of drawn
+        med = float(np.median([r["perplexity"] for r in rows[1:]]))
+        off = [a for a in present
+               if min(r["perplexity"] for r in rows if r["system"] == a[0]) > 100 * med]
+        for arm in off:
+            vals = [r["perplexity"] for r in rows if r["system"] == arm[0]]
+            ax.plot([], [], " ", label=f"{arm[0]}: off scale ({min(vals):.3g}-{max(vals):.3g})")
+        for arm in (a for a in present if a not in off):
+            pts = sorted((r["target"], r["perplexity"], r.get("ppl min", r["perplexity"]),
+                          r.get("ppl max", r["perplexity"])) for r in rows if r["system"] == arm[0])
+            x, y, lo, hi = (np.array(v) for v in zip(*pts, strict=True))
+            ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="o", capsize=2, label=arm[0],
+                        linestyle="-" if arm[3] == "lems" else "--")
         ax.axhline(dense, color="k", lw=0.8, label="dense")
         ax.set_yscale("log")
         ax.set_xlabel("fraction of linear parameters kept (target; achieved within 0.5%)")
-        ax.set_ylabel("test perplexity (log)")
+        ax.set_ylabel("test perplexity (log; bars: range over seeds)")
     ax.set_title(f"{label}: perplexity at equal parameter budgets")
     ax.legend(fontsize=7)
     out.append(save_figure(fig, ctx.out_dir / "ppl_vs_ratio.png"))

@@ -32,6 +32,9 @@ def compress_cmd(
     seed: Annotated[int, typer.Option(help="Calibration sampling seed.")] = 0,
     cache_dir: Annotated[Path | None, typer.Option(help="Where statistics and KLs are cached "
                                                    "(default under $XDG_CACHE_HOME/icml26/lems).")] = None,
+    kl_offload: Annotated[str | None, typer.Option(help="Where LEMS keeps its reference "
+                                                   "log-probs and block outputs: cpu, or a "
+                                                   "directory (default: on --device).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace a non-empty OUT.")] = False,
 ) -> None:
     """Compress MODEL to RATIO and write a folder that AutoModelForCausalLM loads
@@ -57,7 +60,7 @@ def _calib_from_file(tok, path: Path, n: int, seq_len: int, seed: int):
 
 
 def _compress(out, model, ratio, decomposition, allocator, left_factor, calib, n_calib, n_search,
-              seq_len, trials, device, dtype, seed, cache_dir, overwrite) -> None:
+              seq_len, trials, device, dtype, seed, cache_dir, kl_offload, overwrite) -> None:
     import copy
     import hashlib
     import json
@@ -78,7 +81,7 @@ def _compress(out, model, ratio, decomposition, allocator, left_factor, calib, n
 
     console = Console(stderr=True)
     cfg = CompressConfig(target=ratio, decomposition=decomposition, allocator=allocator,
-                         left_factor=left_factor, trials=trials)
+                         left_factor=left_factor, trials=trials, kl_offload=kl_offload)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UserError(f"output folder {out} is not empty; pass --overwrite")
     check_device(device)
@@ -102,7 +105,8 @@ def _compress(out, model, ratio, decomposition, allocator, left_factor, calib, n
     factors = factorize(m32, stats, decomposition, left_factor=left_factor, layers=layers,
                         compute_dtype=torch.float32)
     ranks = allocate(factors, work, ratio, allocator, search_batches=search_b, trials=trials,
-                     layers=layers, kl_cache=cache / f"kl-{decomposition}-{left_factor}.json")
+                     layers=layers, kl_cache=cache / f"kl-{decomposition}-{left_factor}.json",
+                     kl_offload=kl_offload)
     names = [lay.name for lay in layers]
     before = count_linear_params(m32, names)
     applied = apply_ranks_(m32, factors, ranks)

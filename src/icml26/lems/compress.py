@@ -44,6 +44,8 @@ class CompressConfig:
     multiple: ranks are multiples of this (8).
     temperature: KL temperature (0.6); skip: positions ignored by the KL (None = length / 8).
     shrink_a / shrink_g: KFAC shrinkage of A (0.1) and G (0.3).
+    kl_offload: where LEMS keeps its reference distributions and cached block outputs: None (the
+        model's device), "cpu", or a directory (safetensors per search batch; for 8B models).
     """
 
     target: float = 0.8
@@ -57,6 +59,7 @@ class CompressConfig:
     skip: int | None = None
     shrink_a: float = 0.1
     shrink_g: float = 0.3
+    kl_offload: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.target <= 1:
@@ -98,13 +101,15 @@ def allocate(
     search_batches=None, trials: int = 10, seed: int = 42, layers: list[TargetLayer] | None = None,
     multiple: int = 8, temperature: float = 0.6, skip: int | None = None,
     kl_cache: str | os.PathLike | None = None, scorer: KLScorer | None = None,
-    progress=None, return_search: bool = False,
+    kl_offload: str | os.PathLike | None = None, progress=None, return_search: bool = False,
 ):
     """Ranks ``{name: rank or None (dense)}`` keeping ``target`` of the linear parameters.
 
     ``allocator="lems"`` needs ``search_batches`` (list of LongTensor (b, T)) or a ready
     ``scorer``; its per-layer KLs are cached in ``kl_cache`` (JSON) when given. With
     ``return_search`` the LEMS :class:`SearchResult` (trials, KLs) is returned as well.
+    ``kl_offload`` ("cpu" or a directory) keeps the scorer's reference distributions and block
+    outputs off the accelerator (see :class:`~icml26.lems.search.KLScorer`).
     """
     if layers is None:
         layers = [lay for lay in target_layers(model) if lay.name in factors]
@@ -121,7 +126,8 @@ def allocate(
     if scorer is None:
         if not search_batches:
             raise UserError("allocator 'lems' needs search_batches (a few calibration sequences)")
-        scorer = KLScorer(model, search_batches, temperature=temperature, skip=skip)
+        scorer = KLScorer(model, search_batches, temperature=temperature, skip=skip,
+                          offload=kl_offload)
     kls = layer_sensitivities(model, factors, layers, scorer, cache=kl_cache, progress=progress)
     result = lems_search(model, factors, layers, kls, target, scorer=scorer, trials=trials,
                          seed=seed, multiple=multiple, progress=progress)
@@ -154,7 +160,7 @@ def compress(model, calib_batches, config: CompressConfig | None = None, *, sear
     ranks, search = allocate(
         factors, model, config.target, config.allocator, search_batches=search_batches,
         trials=config.trials, seed=config.seed, layers=layers, multiple=config.multiple,
-        temperature=config.temperature, skip=config.skip,
+        temperature=config.temperature, skip=config.skip, kl_offload=config.kl_offload,
         kl_cache=cache / f"kl-{tag.replace(':', '-')}.json" if cache else None,
         progress=progress, return_search=True)
     names = [lay.name for lay in layers]

@@ -2,8 +2,8 @@
 
 Both score a model by ``KL(p_orig || p)`` on a small search set, with both distributions at
 temperature T (0.6) and the first ``skip`` positions of each sequence ignored (the official code
-skips 256 of 2048; here 1/8 of the length by default). The reference log-probabilities are
-computed once. To make the 200-odd single-layer evaluations cheap, the dense pass also caches the
+skips 256 of 2048; here 1/8 of the length by default). The reference distribution is computed
+once (and can live on the CPU or on disk: ``KLScorer(offload=...)``). To make the 200-odd single-layer evaluations cheap, the dense pass also caches the
 output of every block; a layer in block b is then scored by replaying the cached output in place
 of blocks 0..b-1 and running only blocks b..B-1 and the head.
 """
@@ -41,15 +41,25 @@ def _detach(out):
 class KLScorer:
     """``KL(p_orig || p_model)`` on fixed search batches, with replay from cached block outputs.
 
-    Built from the *dense* model: stores reference log-probs (bfloat16, positions >= skip) and the
-    output of every block for every batch. ``score(model, start_block)`` then reruns only blocks
-    >= start_block (the caller guarantees blocks before it are unchanged).
+    Built from the *dense* model: stores the reference distribution ``p`` (bfloat16, positions
+    >= skip), its per-batch constant ``sum p log p_orig`` (float64), and the output of every block
+    for every batch. ``score(model, start_block)`` then reruns only blocks >= start_block (the
+    caller guarantees blocks before it are unchanged) and needs, per position, one logsumexp and
+    one dot product with ``p``: ``KL = sum p log p_orig - sum p z / T + (sum p) lse(z / T)``.
+
+    ``offload`` says where the reference and the cached block outputs live: ``None`` (the model's
+    device), ``"cpu"`` (host memory; moved to the device one batch at a time), or a directory path
+    (one safetensors file per search batch, read back lazily -- for 8B models whose references,
+    32 x 2048 positions x 128k vocabulary, do not fit next to the model). Only the batch being
+    scored is ever on the device.
     """
 
     def __init__(self, model, batches: list[torch.Tensor], *, temperature: float = 0.6,
-                 skip: int | None = None):
+                 skip: int | None = None, offload: str | os.PathLike | None = None):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0; got {temperature}")
+        if not batches:
+            raise ValueError("KLScorer needs at least one search batch")
         self.batches = batches
         self.temperature = temperature
         t = batches[0].shape[1]
@@ -58,27 +68,101 @@ class KLScorer:
             raise ValueError(f"skip must be in [0, {t - 1}); got {self.skip}")
         _, self.blocks = block_list(model)
         self.device = next(model.parameters()).device
+        self.disk: Path | None = None
+        if offload is None:
+            self.store = self.device
+        elif str(offload) == "cpu":
+            self.store = torch.device("cpu")
+        else:
+            self.disk = Path(offload)
+            self.disk.mkdir(parents=True, exist_ok=True)
+            self.store = torch.device("cpu")
+        self._keep = _logits_to_keep(model)
         self.block_out: list[list] = [[] for _ in batches]  # [batch][block] raw outputs
-        self.ref: list[torch.Tensor] = []
+        self.p: list[torch.Tensor | None] = []
+        self.const: list[float] = []  # sum over scored positions of sum_v p log p_orig
+        self.structure: list = []  # per block: how to rebuild a tuple output read from disk
         handles = [blk.register_forward_hook(self._grab(i)) for i, blk in enumerate(self.blocks)]
         self._current = 0
         try:
             with torch.no_grad():
                 for j, ids in enumerate(batches):
                     self._current = j
-                    logits = model(input_ids=ids.to(self.device)).logits
-                    self.ref.append(self._logp(logits).to(torch.bfloat16))
+                    logp = self._logp(self._logits(model, ids))
+                    p = logp.exp().to(torch.bfloat16)
+                    self.const.append(float((p.to(logp.dtype) * logp).double().sum()))
+                    p = p.to(self.store)
+                    if self.disk is not None:
+                        self._write(j, p)
+                        p = None
+                    self.p.append(p)
         finally:
             for h in handles:
                 h.remove()
 
+    # -- storage ----------------------------------------------------------------------------------
     def _grab(self, i):
         def hook(mod, args, out):
-            self.block_out[self._current].append(_detach(out))
+            self.block_out[self._current].append(_to_device(_detach(out), self.store))
         return hook
 
+    def _write(self, j: int, p: torch.Tensor) -> None:
+        from safetensors.torch import save_file
+
+        tensors = {"p": p.contiguous()}
+        structure = []
+        for b, out in enumerate(self.block_out[j]):
+            if isinstance(out, torch.Tensor):
+                tensors[f"b{b}"] = out.contiguous()
+                structure.append(None)
+            else:  # a tuple: keep its tensors, remember where the None/other entries were
+                kinds = []
+                for k, o in enumerate(out):
+                    if isinstance(o, torch.Tensor):
+                        tensors[f"b{b}.{k}"] = o.contiguous()
+                        kinds.append(True)
+                    else:
+                        kinds.append(None)
+                structure.append(kinds)
+        self.structure = structure
+        tmp = self.disk / f".batch{j}.safetensors.tmp"
+        save_file(tensors, str(tmp))
+        os.replace(tmp, self._path(j))
+        self.block_out[j] = []
+
+    def _path(self, j: int) -> Path:
+        return self.disk / f"batch{j}.safetensors"
+
+    def _read(self, j: int, key: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        with safe_open(str(self._path(j)), framework="pt", device="cpu") as f:
+            return f.get_tensor(key)
+
+    def _cached_output(self, j: int, block: int):
+        if self.disk is None:
+            return _to_device(self.block_out[j][block], self.device)
+        kinds = self.structure[block]
+        if kinds is None:
+            return self._read(j, f"b{block}").to(self.device)
+        return tuple(self._read(j, f"b{block}.{k}").to(self.device) if kind else None
+                     for k, kind in enumerate(kinds))
+
+    def _reference(self, j: int) -> torch.Tensor:
+        p = self._read(j, "p") if self.disk is not None else self.p[j]
+        return p.to(self.device)
+
+    # -- scoring ----------------------------------------------------------------------------------
+    def _logits(self, model, ids: torch.Tensor) -> torch.Tensor:
+        """Logits at positions >= skip, (B, T - skip, V); the head runs on those positions only."""
+        ids = ids.to(self.device)
+        t = ids.shape[1]
+        if self._keep:
+            return model(input_ids=ids, logits_to_keep=t - self.skip).logits
+        return model(input_ids=ids).logits[:, self.skip :]
+
     def _logp(self, logits: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(logits[:, self.skip :].float() / self.temperature, dim=-1)
+        return torch.log_softmax(_wide(logits) / self.temperature, dim=-1)
 
     @contextlib.contextmanager
     def _replay(self, start_block: int, j: int) -> Iterator[None]:
@@ -86,7 +170,7 @@ class KLScorer:
         if start_block <= 0:
             yield
             return
-        cached = self.block_out[j][start_block - 1]
+        cached = self._cached_output(j, start_block - 1)
         patched = list(self.blocks)[:start_block]
         for blk in patched:
             blk.forward = lambda *a, _c=cached, **k: _c
@@ -102,15 +186,39 @@ class KLScorer:
         total, count = 0.0, 0
         for j, ids in enumerate(self.batches):
             with self._replay(start_block, j):
-                logits = model(input_ids=ids.to(self.device)).logits
-            logp = self._logp(logits)
-            ref = self.ref[j].float()
-            kl = (ref.exp() * (ref - logp)).sum(-1)  # (B, T - skip)
-            if not torch.isfinite(kl).all():
+                logits = self._logits(model, ids)
+            z = _wide(logits).div(self.temperature)
+            p = self._reference(j)
+            lse = torch.logsumexp(z, dim=-1)  # (B, T - skip)
+            cross = (z.mul_(p)).sum(-1)  # sum_v p z / T  (z is overwritten)
+            mass = p.sum(-1, dtype=torch.float32)
+            if not (torch.isfinite(lse).all() and torch.isfinite(cross).all()):
                 return math.inf
-            total += float(kl.double().sum())
-            count += kl.numel()
-        return total / count
+            total += self.const[j] - float(cross.double().sum()) + float((mass.double() * lse.double()).sum())
+            count += lse.numel()
+        return max(total / count, 0.0)
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """float32, or float64 when the model computes in float64."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _to_device(out, device):
+    if isinstance(out, torch.Tensor):
+        return out.to(device)
+    if isinstance(out, tuple):
+        return tuple(_to_device(o, device) for o in out)
+    return out
+
+
+def _logits_to_keep(model) -> bool:
+    import inspect
+
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic forward
+        return False
 
 
 def _key(tag: str, factors: dict[str, LayerFactors], scorer: KLScorer) -> str:
