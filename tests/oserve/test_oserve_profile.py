@@ -7,8 +7,15 @@ import pytest
 from typer.testing import CliRunner
 
 from icml26.core.errors import UserError
-from icml26.oserve.capacity import (Cluster, PipelineCost, Profile, ReplicaConfig, llama2_13b, rate_table,
-                                    valid_configs)
+from icml26.oserve.capacity import (
+    Cluster,
+    PipelineCost,
+    Profile,
+    ReplicaConfig,
+    llama2_13b,
+    rate_table,
+    valid_configs,
+)
 from icml26.oserve.cli import app
 from icml26.oserve.search import Scorer, best_homogeneous, exhaustive, search
 from icml26.oserve.workload import make_trace, mix_weights
