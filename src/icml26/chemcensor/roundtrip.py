@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from rdkit import Chem
 
+from icml26.chemcensor.evaluate import canonical_set
 from icml26.chemcensor.reaction import Processed, ProcessingError, process_mapped, split_reaction
 from icml26.core.errors import UserError
 
@@ -52,18 +53,6 @@ def require_rdchiral():
     return extract_from_reaction, rdchiralReaction, rdchiralReactants, rdchiralRun
 
 
-def _canon_set(smiles: str) -> str | None:
-    out = []
-    for s in smiles.split("."):
-        m = Chem.MolFromSmiles(s)
-        if m is None:
-            return None
-        for a in m.GetAtoms():
-            a.SetAtomMapNum(0)
-        out.append(Chem.MolToSmiles(m))
-    return ".".join(sorted(out))
-
-
 def roundtrip(rx: Processed) -> RoundTrip:
     """Extract the rdchiral retro-template of ``rx`` and apply it to its product."""
     extract, Reaction, Reactants, run = require_rdchiral()
@@ -74,7 +63,7 @@ def roundtrip(rx: Processed) -> RoundTrip:
             a.SetAtomMapNum(0)
     reac_smi = Chem.MolToSmiles(reac)
     prod_smi = Chem.MolToSmiles(rx.product)
-    want = _canon_set(reac_smi)
+    want = canonical_set(reac_smi)
     plain = Chem.Mol(rx.product)
     for a in plain.GetAtoms():
         a.SetAtomMapNum(0)
@@ -93,7 +82,7 @@ def roundtrip(rx: Processed) -> RoundTrip:
             return RoundTrip(False, "apply", f"{type(exc).__name__}: {exc}"[:200], smarts)
     if not outs:
         return RoundTrip(False, "apply", "the template does not apply to the product", smarts)
-    got = {_canon_set(o) for o in outs}
+    got = {canonical_set(o) for o in outs}
     if want in got:
         return RoundTrip(True, "ok", f"regenerated (1 of {len(got)} outcome(s))", smarts)
     return RoundTrip(False, "mismatch", f"{len(got)} outcome(s), none is the proposal", smarts)

@@ -20,19 +20,16 @@ import numpy as np
 
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.plots import pyplot, save_figure
-from icml26.sim.cost import HardwareSpec, ModelSpec, RooflineCost
-from icml26.sim.engine import EngineConfig
 from icml26.tie.experiment import (
     POLICIES,
     crossfit,
     fit_labels,
     make_population,
     make_trace,
-    run_policy,
+    schedule_study,
 )
 from icml26.tie.lengths import fit_lognormal, fit_logt
 from icml26.tie.predictor import HeadConfig
-from icml26.tie.queue import QueueConfig
 
 TARGET = 1.15
 HEADLINE_LOAD = 0.9
@@ -99,32 +96,9 @@ def run_proxy(ctx: RunContext) -> Result:
     pred, r2 = crossfit(pop, pop.labels, head=head, seed=ctx.seed, progress=ctx.progress)
     pop.pred = pred
 
-    cost = RooflineCost(ModelSpec.llama3_8b(), HardwareSpec.h100())
-    ecfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=8192, kv_tokens=cost.kv_capacity_tokens())
-    qcfg = QueueConfig(x_max=cap)
-
-    # capacity: FCFS throughput while saturated (every request waiting at t = 0; the offline
-    # setting): requests finished per second up to the moment half of them are done (the drain
-    # at the end, when the batch is no longer full, is excluded)
-    tick = ctx.progress.task("simulating", total=len(POLICIES) * (1 + n_seeds * len(loads)))
-    offline_tr = make_trace(pop, n_req, None, seed=ctx.seed)
-    offline = {}
-    for p in POLICIES:
-        offline[p] = run_policy(p, pop, offline_tr, cost, ecfg, qcfg, finish_n=int(0.75 * n_req))
-        tick(1)
-    half = run_policy("FCFS", pop, offline_tr, cost, ecfg, qcfg, finish_n=n_req // 2)["time_to_finish_s"]
-    capacity = (n_req // 2) / half
-
-    table, p90, ttft = {}, {}, {}
-    for ld in loads:
-        for s in range(n_seeds):
-            tr = make_trace(pop, n_req, ld * capacity, seed=ctx.seed * 1000 + s)
-            for p in POLICIES:
-                m = run_policy(p, pop, tr, cost, ecfg, qcfg)
-                table.setdefault((p, ld), []).append(m["ptla_mean"])
-                p90.setdefault((p, ld), []).append(m["ptla_p90"])
-                ttft.setdefault((p, ld), []).append(m["ttft_mean"])
-                tick(1)
+    sim = schedule_study(pop, make_trace, n_req, loads, n_seeds, ctx.seed, cap, ctx.progress)
+    table, p90, ttft = sim["table"], sim["p90"], sim["ttft"]
+    offline, capacity, ecfg = sim["offline"], sim["capacity"], sim["engine"]
 
     ratio = np.array(table[("LTR", HEADLINE_LOAD)]) / np.array(table[("TIE", HEADLINE_LOAD)])
     rows = []

@@ -31,7 +31,7 @@ from icml26.tie.score import ScoreTable
 
 __all__ = ["FAMILY_PARAMS", "Population", "make_population", "fit_labels", "crossfit", "POLICIES",
            "make_queue", "make_trace", "run_policy", "RealPopulation",
-           "fit_labels_real", "make_trace_real"]
+           "fit_labels_real", "make_trace_real", "schedule_study"]
 
 # family: (median log length, median log-t sigma)  [generated proxy; LMSYS-like spread]
 FAMILY_PARAMS = {"yesno": (1.8, 0.45), "list": (4.6, 0.45), "explain": (5.4, 0.55),
@@ -273,3 +273,43 @@ def run_policy(policy: str, pop, trace: list[Request], cost, engine_cfg: EngineC
     if finish_n:
         out["time_to_finish_s"] = time_to_finish(recs, finish_n)
     return out
+
+
+def schedule_study(pop, trace_fn, n_req: int, loads, n_seeds: int, seed: int, x_max: float,
+                   progress=None) -> dict:
+    """The claim's scheduling experiment, shared by the SmolLM2 and the proxy populations.
+
+    Llama-3-8B roofline on one H100 (max_num_seqs 32, 8,192 batched tokens, paged KV); FCFS
+    capacity = requests finished per second until half of ``n_req`` all-waiting requests are done
+    (the drain at the end excluded); then, per load (fraction of that capacity) and seed, every
+    policy of :data:`POLICIES` on the same Poisson trace. ``trace_fn(pop, n, rate, seed)`` makes
+    a trace (``rate=None``: all arrive at t = 0). Returns ``table``/``p90``/``ttft``
+    ({(policy, load): [per seed]}), ``offline`` (per policy, time to finish 75%), ``capacity``
+    (req/s) and ``engine`` (the EngineConfig).
+    """
+    from icml26.sim.cost import HardwareSpec, ModelSpec, RooflineCost
+
+    cost = RooflineCost(ModelSpec.llama3_8b(), HardwareSpec.h100())
+    ecfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=8192, kv_tokens=cost.kv_capacity_tokens())
+    qcfg = QueueConfig(x_max=x_max)
+    tick = progress.task("simulating", total=len(POLICIES) * (1 + n_seeds * len(loads))) if progress \
+        else (lambda k: None)
+    offline_tr = trace_fn(pop, n_req, None, seed=seed)
+    offline = {}
+    for p in POLICIES:
+        offline[p] = run_policy(p, pop, offline_tr, cost, ecfg, qcfg, finish_n=int(0.75 * n_req))
+        tick(1)
+    half = run_policy("FCFS", pop, offline_tr, cost, ecfg, qcfg, finish_n=n_req // 2)["time_to_finish_s"]
+    capacity = (n_req // 2) / half
+    table, p90, ttft = {}, {}, {}
+    for ld in loads:
+        for s in range(n_seeds):
+            tr = trace_fn(pop, n_req, ld * capacity, seed=seed * 1000 + s)
+            for p in POLICIES:
+                m = run_policy(p, pop, tr, cost, ecfg, qcfg)
+                table.setdefault((p, ld), []).append(m["ptla_mean"])
+                p90.setdefault((p, ld), []).append(m["ptla_p90"])
+                ttft.setdefault((p, ld), []).append(m["ttft_mean"])
+                tick(1)
+    return {"table": table, "p90": p90, "ttft": ttft, "offline": offline, "capacity": capacity,
+            "engine": ecfg}
