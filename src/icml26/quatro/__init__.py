@@ -15,4 +15,17 @@ __all__ = [
     "group_advantages",
     "RLConfig",
     "RLLoop",
+    "TrDualGRPOTrainer",
+    "TrDualGRPOConfig",
 ]
+
+_TRL_NAMES = ("TrDualGRPOTrainer", "TrDualGRPOConfig")
+
+
+def __getattr__(name):
+    # TRL is optional (``icml26[trl]``): import it only when the trainer is asked for.
+    if name in _TRL_NAMES:
+        from icml26.quatro import trl_trainer
+
+        return getattr(trl_trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

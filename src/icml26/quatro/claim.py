@@ -248,7 +248,7 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
         f"Headline at (mu, LR x)={harsh}: best baseline by mean pass@1 = {best}; ratios use +{eps:.1e} "
         "(half a success) on both sides; spread = min/max of seed-paired ratios.",
         "Collapse = final entropy < 10% of initial or final smoothed reward < 50% of its peak.",
-        "No TRL run: trl is not installed here; the GRPOTrainer subclass is not shipped.",
+        "This claim runs the plain-PyTorch RLLoop; the TRL trainer (TrDualGRPOTrainer, trl 1.16) has its own SmolLM2 + LoRA comparison in docs/quatro.md.",
     ]
     return Result(
         rows=rows,

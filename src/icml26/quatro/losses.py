@@ -151,6 +151,7 @@ def policy_loss(
     config: LossConfig | str = "tr_dual",
     *,
     advantages: torch.Tensor | None = None,
+    lam: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The scalar loss and detached diagnostics for one batch of whole groups.
 
@@ -173,10 +174,20 @@ def policy_loss(
     n_tok = mask.sum(1).clamp_min(1.0)
     seq_lr = lr.sum(1)  # (B,) log pi(y)/pi_old(y)
     zero_q = torch.zeros(logp.shape[0] // group_size, dtype=logp.dtype, device=logp.device)
-    lam, clip_frac = zero_q, torch.zeros((), dtype=logp.dtype, device=logp.device)
+    lam_in, lam = lam, zero_q
+    clip_frac = torch.zeros((), dtype=logp.dtype, device=logp.device)
 
     if cfg.method == "tr_dual":
-        lam = solve_dual(adv.detach(), cfg.delta, group_size, iters=cfg.dual_iters)
+        if lam_in is None:
+            lam = solve_dual(adv.detach(), cfg.delta, group_size, iters=cfg.dual_iters)
+        else:
+            lam = lam_in.detach().to(logp.dtype)
+            if lam.shape != zero_q.shape:
+                raise ValueError(
+                    f"lam must be (Q,)=({zero_q.shape[0]},), one dual per query; got {tuple(lam.shape)}"
+                )
+            if not (torch.isfinite(lam).all() and (lam >= 0).all()):
+                raise ValueError("lam (per-query duals) must be finite and >= 0")
         lam_b = lam.repeat_interleave(group_size)  # (B,)
         if cfg.ratio_level == "token":
             log_rho, a, l_ = lr, adv.unsqueeze(1), lam_b.unsqueeze(1)
