@@ -68,6 +68,23 @@ KEEP = set(dir(builtins)) | {
     "False",
     "None",
     "phi",
+    # the other tasks' entry points and the library names their families are defined by
+    "RateLimiter",
+    "evaluate",
+    "sort_list",
+    "search",
+    "count_ways",
+    "LRUCache",
+    "primes_up_to",
+    "shortest_path",
+    "heapq",
+    "deque",
+    "OrderedDict",
+    "bisect_left",
+    "isqrt",
+    "operator",
+    "ast",
+    "collections",
 }
 
 
@@ -120,9 +137,19 @@ def test_get_task_suggests_near_names():
 FIXTURE = Path(__file__).with_name("algosteer_hand_labels.jsonl")
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="hand-labelled fixture not present")
 def test_agreement_with_hand_labels():
+    """Real SmolLM2 generations labelled by hand. ``dev`` rows were read while the rules were
+    written (two rules were refined on them); ``heldout`` rows were labelled blind, after the
+    rules were frozen, and the rules were not changed afterwards. docs/algosteer.md reports both
+    agreements; the thresholds here guard against regressions."""
     rows = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]
-    agree = sum(classify(r["code"], get_task(r["task"]))[0] == r["label"] for r in rows)
-    assert len(rows) >= 30
-    assert agree / len(rows) >= 0.9, f"{agree}/{len(rows)}"
+    agree = {"dev": [], "heldout": []}
+    for r in rows:
+        agree[r["split"]].append(classify(r["code"], get_task(r["task"]))[0] == r["label"])
+    n_all = len(rows)
+    ok_all = sum(agree["dev"]) + sum(agree["heldout"])
+    assert n_all >= 100 and len(agree["heldout"]) >= 30
+    assert {r["task"] for r in rows if r["split"] == "heldout"} >= {"fib", "tree", "dedup"}
+    assert ok_all / n_all >= 0.9, f"{ok_all}/{n_all}"
+    held = sum(agree["heldout"]) / len(agree["heldout"])
+    assert held >= 0.85, f"held-out {sum(agree['heldout'])}/{len(agree['heldout'])}"

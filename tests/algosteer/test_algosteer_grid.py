@@ -94,3 +94,32 @@ def test_bad_grid_input(kwargs, match):
     base = {"tasks": ("fib",), "cues": ("none",)}
     with pytest.raises(UserError, match=match):
         GridConfig(**{**base, **kwargs})
+
+
+def test_reuse_rescoring_grows_a_grid_without_regenerating(tmp_path):
+    small = run_grid(SeededStub(), CFG, tmp_path / "a.jsonl", chunk=2)
+    # grow: one more cue and one more sample; only the 7 new cells may reach the backend
+    grown_cfg = GridConfig(
+        tasks=("fib",), cues=("none", "performance", "naming", "team_name"), samples=4
+    )
+    stub = SeededStub()
+    asked = []
+    orig = stub.generate
+
+    def spy(requests, temperature, max_new_tokens):
+        asked.extend(s for _, s in requests)
+        return orig(requests, temperature, max_new_tokens)
+
+    stub.generate = spy
+    grown = run_grid(stub, grown_cfg, tmp_path / "b.jsonl", chunk=3, reuse=[tmp_path / "a.jsonl"])
+    assert len(grown) == 16 and len(asked) == 16 - 9
+    by_key = {r["key"]: r for r in grown}
+    for r in small:  # reused rows: same reply, re-scored to the same family and outcome
+        g = by_key[r["key"]]
+        assert (g["raw"], g["family"], g["outcome"]) == (r["raw"], r["family"], r["outcome"])
+        assert g["gen_meta"]["reused_from"].endswith("a.jsonl")
+    # another temperature (or model) is another question: nothing is reused
+    hot = GridConfig(tasks=("fib",), cues=("none",), samples=2, temperature=1.2)
+    stub2 = SeededStub()
+    run_grid(stub2, hot, tmp_path / "c.jsonl", reuse=[tmp_path / "a.jsonl"])
+    assert stub2.calls == 1

@@ -1,8 +1,7 @@
 """Claim ``algosteer``: incidental cues shift algorithm families among programs passing the same
 tests; semantic cues more than the noise floor (and than innocuous ones); naming mitigates.
 
-Grid (``small``): SmolLM2-135M-Instruct, bf16, T = 0.8, <= 160 new tokens; Fibonacci, tree
-traversal, dedup; cues none, none (resampled), performance, readability, memoize (semantic and
+Grid (``small``): SmolLM2-135M-Instruct, bf16, T = 0.8, <= 160 new tokens; all 11 tasks; cues none, none (resampled), performance, readability, memoize (semantic and
 surface), team name, naming; 20 samples per cell. Headline: mean TVD (vs no cue) of the semantic
 cues / TVD of the resampled no-cue control, over informative cells (>= 10 gated programs in the
 cue, base and control cells), 95% bootstrap CI (cells resampled independently); target > 1.
@@ -11,10 +10,16 @@ programs (ungated) and its name says so.
 
 Options (``--opt key=value``): ``model`` (HF folder/.gguf; default packaged SmolLM2), ``endpoint``
 (``http://HOST/v1#MODEL``, OpenAI-compatible), ``chat`` (a ``core.chat.get_chat`` spec),
-``dtype`` (bf16), ``batch_size``, ``log`` (run-log path; default ``OUT/runs.jsonl``, resumed).
+``dtype`` (bf16), ``batch_size``, ``log`` (run-log path; default ``OUT/runs.jsonl``, resumed),
+``samples`` (per cell, overrides the scale's), ``reuse`` (comma-separated run logs whose matching
+generations are re-scored instead of regenerated; see :func:`run_grid`), ``budget_min`` (no new
+generation chunk starts after this many minutes; the analysis then covers the cells' samples so
+far, and the table's ``n`` says how many).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +37,7 @@ from icml26.algosteer.stats import (
 )
 from icml26.algosteer.tasks import get_task
 from icml26.core.claims import Measure, Result, RunContext
+from icml26.core.errors import UserError
 
 TARGET = 1.0
 SMALL_CUES = (
@@ -47,33 +53,36 @@ SMALL_CUES = (
 FULL_CUES = tuple(CUES)
 
 
-def grid_config(scale: str, model: str = "smollm2", seed: int = 0) -> GridConfig:
-    """The grid of each scale (``full``: every implemented task, every cue, 15 samples)."""
+def grid_config(
+    scale: str, model: str = "smollm2", seed: int = 0, samples: int | None = None
+) -> GridConfig:
+    """The grid of each scale (``small``: all 11 tasks x 8 cues x 20 samples; ``full``: every
+    task, every cue, 15 samples). ``samples`` overrides the samples per cell."""
+    from icml26.algosteer.tasks import TASKS
+
     if scale == "tiny":
         return GridConfig(
             tasks=("fib",),
             cues=("none", "none_resampled", "performance"),
-            samples=4,
+            samples=samples or 4,
             max_new_tokens=64,
             seed=seed,
             model=model,
         )
     if scale == "small":
         return GridConfig(
-            tasks=("fib", "tree", "dedup"),
+            tasks=tuple(TASKS),
             cues=SMALL_CUES,
-            samples=20,
+            samples=samples or 20,
             temperature=0.8,
             max_new_tokens=160,
             seed=seed,
             model=model,
         )
-    from icml26.algosteer.tasks import TASKS
-
     return GridConfig(
         tasks=tuple(TASKS),
         cues=FULL_CUES,
-        samples=15,
+        samples=samples or 15,
         temperature=0.8,
         max_new_tokens=512,
         seed=seed,
@@ -232,11 +241,34 @@ def summarise(gated, ungated, fams, config, min_n, seed, n_boot) -> dict:
 
 def run(ctx: RunContext) -> Result:
     backend, model_name = make_backend(ctx)
-    config = grid_config(ctx.scale, model=model_name, seed=ctx.seed)
+    samples = ctx.options.get("samples")
+    if samples is not None:
+        try:
+            samples = int(samples)
+        except ValueError:
+            raise UserError(f"--opt samples must be an integer; got {samples!r}") from None
+        if samples < 1:
+            raise UserError(f"--opt samples must be >= 1; got {samples}")
+    config = grid_config(ctx.scale, model=model_name, seed=ctx.seed, samples=samples)
     min_n = ctx.pick(tiny=2, small=10, full=10)
     log = ctx.options.get("log") or ctx.out_dir / "runs.jsonl"
+    reuse = [x for x in str(ctx.options.get("reuse", "")).split(",") if x]
+    for path in reuse:
+        if not Path(path).is_file():
+            raise UserError(f"--opt reuse: run log {path!r} does not exist")
+    budget = ctx.options.get("budget_min")
+    try:
+        budget_s = None if budget is None else 60 * float(budget)
+    except ValueError:
+        raise UserError(f"--opt budget_min must be a number of minutes; got {budget!r}") from None
     rows = run_grid(
-        backend, config, log, progress=ctx.progress, chunk=ctx.pick(tiny=24, small=48, full=256)
+        backend,
+        config,
+        log,
+        progress=ctx.progress,
+        chunk=ctx.pick(tiny=24, small=48, full=256),
+        reuse=reuse,
+        budget_s=budget_s,
     )
     table, summary = analyse(
         rows, config, min_n, seed=ctx.seed, n_boot=ctx.pick(tiny=300, small=1000, full=2000)
@@ -281,6 +313,17 @@ def run(ctx: RunContext) -> Result:
         "traversal on a 100k-deep tree) are recorded per row but never gate.",
         "Spread: 95% percentile bootstrap, each cell resampled independently.",
     ]
+    per_cell = [row["n"] for row in table]
+    if per_cell and min(per_cell) < config.samples:
+        by_task = {t: sorted({row["n"] for row in table if row["task"] == t}) for t in config.tasks}
+        notes.append(
+            f"Partial grid (generation budget): {config.samples} samples per cell requested; "
+            "samples per cell by task: "
+            + ", ".join(
+                f"{t} {v[0]}" + (f"-{v[-1]}" if len(v) > 1 else "") for t, v in by_task.items()
+            )
+            + "."
+        )
     return Result(
         rows=table + summary_rows, headline=headline, target=TARGET, notes=notes, figures=figures
     )

@@ -29,11 +29,20 @@ def plot_all(rows: list[dict], table: list[dict], config, out_dir: Path) -> list
     tasks, cues = list(config.tasks), list(config.cues)
     paths = []
     # 1. family shares per cue, per task; gated (top) and ungated (bottom)
-    fig, axes = plt.subplots(2, len(tasks), figsize=(4.2 * len(tasks), 7), squeeze=False)
+    # tasks wrap after 4 columns; each band of tasks is a passing row over a parsable row
+    ncols = min(4, len(tasks))
+    bands = -(-len(tasks) // ncols)
+    fig, axes = plt.subplots(
+        2 * bands, ncols, figsize=(4.2 * ncols, 3.6 * 2 * bands), squeeze=False
+    )
+    for k in range(len(tasks), bands * ncols):
+        axes[2 * (k // ncols)][k % ncols].axis("off")
+        axes[2 * (k // ncols) + 1][k % ncols].axis("off")
     for row_i, gated in enumerate((True, False)):
         cells = _cells(rows, gated)
-        for j, t in enumerate(tasks):
-            ax = axes[row_i][j]
+        for idx, t in enumerate(tasks):
+            j = idx % ncols
+            ax = axes[2 * (idx // ncols) + row_i][j]
             fams = (*get_task(t).families, "other")
             bottom = np.zeros(len(cues))
             for f_i, f in enumerate(fams):
@@ -87,7 +96,7 @@ def plot_all(rows: list[dict], table: list[dict], config, out_dir: Path) -> list
     fig.colorbar(im, ax=axes, shrink=0.8)
     paths.append(save_figure(fig, out_dir / "tvd_heatmap.png"))
     # 3. pass rates per cell
-    fig, ax = plt.subplots(figsize=(8, 3.2))
+    fig, ax = plt.subplots(figsize=(max(8.0, 4 + 0.9 * len(tasks)), 3.6))
     width = 0.8 / len(tasks)
     for i, t in enumerate(tasks):
         vals = [
@@ -97,7 +106,7 @@ def plot_all(rows: list[dict], table: list[dict], config, out_dir: Path) -> list
         ax.bar(np.arange(len(cues)) + i * width, 100 * np.array(vals), width, label=t)
     ax.set_xticks(np.arange(len(cues)) + 0.4 - width / 2, cues, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("functional tests passed (%)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=2 if len(tasks) > 4 else 1)
     ax.set_title("Pass rate per cell")
     fig.tight_layout()
     paths.append(save_figure(fig, out_dir / "pass_rates.png"))

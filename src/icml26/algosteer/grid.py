@@ -13,6 +13,7 @@ import functools
 import hashlib
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from icml26.algosteer.backends import Generation
@@ -83,8 +84,23 @@ def run_grid(
     workers: int = 2,
     chunk: int = 32,
     progress: Progress | None = None,
+    reuse: Sequence[str | os.PathLike] = (),
+    budget_s: float | None = None,
 ) -> list[dict]:
-    """Fill the run log at ``log_path`` (resuming it); returns all its rows."""
+    """Fill the run log at ``log_path`` (resuming it); returns all its rows.
+
+    ``reuse``: other run logs whose *generations* may stand in for new ones. A reply is reused
+    only when its row has the same task, cue, sample index, seed, prompt messages, temperature
+    and model info, and its log the same ``max_new_tokens`` -- i.e. when the backend would be
+    asked exactly the same question. Reused replies are re-extracted, re-tested and re-labelled
+    with the current code (so rule fixes apply), and carry ``gen_meta["reused_from"]``. Use it
+    to grow a grid (more tasks or samples), to cut one down, or to re-score a finished log.
+
+    ``budget_s``: no new generation chunk starts after this many seconds (reused rows are always
+    scored). The grid is then partial; sample-index-major order keeps its cells within one
+    sample of each other per task group, and the log resumes later.
+    """
+    t_start = time.monotonic()
     progress = progress or Progress()
     # sample-index major: a log cut short still holds about equally many samples of every cell
     pending = [(t, c, i) for i in range(config.samples) for t in config.tasks for c in config.cues]
@@ -95,14 +111,39 @@ def run_grid(
             return list(log.rows)
         base = Limits(config.time_s, config.mem_mb)
         large = {t: _large_limits(t, base, config.large_factor) for t in config.tasks}
+        old = _reusable(reuse, config, info)
+
+        def request(t, c, i):
+            return build_messages(get_task(t), get_cue(c)), sample_seed(config.seed, t, c, i)
+
+        def match(p):
+            row = old.get(cell_key(*p))
+            msgs, seed = request(*p)
+            return row if row and row["seed"] == seed and row["prompt"] == msgs else None
+
+        reused = [(p, match(p)) for p in pending]
+        fresh = [p for p, row in reused if row is None]
+        reused = [(p, row) for p, row in reused if row is not None]
         advance = progress.task("algosteer grid: generate + test", total=len(pending))
         with SandboxPool(workers) as pool:
-            for start in range(0, len(pending), chunk):
-                part = pending[start : start + chunk]
-                reqs = [
-                    (build_messages(get_task(t), get_cue(c)), sample_seed(config.seed, t, c, i))
-                    for t, c, i in part
+            for start in range(0, len(reused), chunk):
+                part = reused[start : start + chunk]
+                keys = [p for p, _ in part]
+                reqs = [request(*p) for p in keys]
+                gens = [
+                    Generation(r["raw"], r["seed"], {**r["gen_meta"], "reused_from": r["_from"]})
+                    for _, r in part
                 ]
+                rows = _score(keys, reqs, gens, pool, base, large, config, info, log.hash, 0.0)
+                for row, (_, r) in zip(rows, part, strict=True):
+                    row["gen_s"] = r.get("gen_s", 0.0)
+                    log.append(row)
+                advance(len(part))
+            for start in range(0, len(fresh), chunk):
+                if budget_s is not None and time.monotonic() - t_start >= budget_s:
+                    break
+                part = fresh[start : start + chunk]
+                reqs = [request(*p) for p in part]
                 t0 = time.perf_counter()
                 gens = backend.generate(reqs, config.temperature, config.max_new_tokens)
                 gen_s = (time.perf_counter() - t0) / max(1, len(part))
@@ -111,6 +152,28 @@ def run_grid(
                     log.append(row)
                 advance(len(part))
         return list(log.rows)
+
+
+def _reusable(paths, config: GridConfig, info: dict) -> dict[str, dict]:
+    """key -> row of the logs in ``paths`` whose generations match this grid's sampling
+    (temperature, max_new_tokens, model info); rows of other settings are ignored."""
+    from icml26.algosteer.runlog import read_rows
+
+    out: dict[str, dict] = {}
+    for path in paths:
+        header, rows = read_rows(path)
+        cfg = header.get("config", {})
+        if cfg.get("max_new_tokens") != config.max_new_tokens:
+            continue
+        for r in rows:
+            if (
+                r.get("temperature") == config.temperature
+                and r.get("model") == info
+                and r.get("raw") is not None
+                and r["key"] not in out
+            ):
+                out[r["key"]] = {**r, "_from": str(path)}
+    return out
 
 
 @functools.lru_cache(maxsize=64)
