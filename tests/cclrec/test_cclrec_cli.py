@@ -83,3 +83,31 @@ def test_train_then_recommend(tmp_path):
         ],
     )
     assert r.exit_code != 0 and "unknown users" in str(r.exception)
+
+
+def test_profiles_command_writes_a_resumable_cache(tmp_path):
+    inter, item = _files(tmp_path)
+    out = tmp_path / "p.jsonl"
+    for _ in range(2):  # the second run finds everything cached
+        r = CliRunner().invoke(app, ["profiles", str(item), "--lm", "stub:echo", "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        assert "24 item profiles" in r.output
+    lines = out.read_text().splitlines()
+    assert len(lines) == 24 and "Movie 0 (1990)" in lines[0]
+    r = CliRunner().invoke(
+        app,
+        [
+            "profiles",
+            str(item),
+            "--inter",
+            str(inter),
+            "--lm",
+            "stub:echo",
+            "-o",
+            str(tmp_path / "u.jsonl"),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert "30 user profiles" in r.output
+    r = CliRunner().invoke(app, ["profiles", str(tmp_path / "none.item"), "-o", str(out)])
+    assert r.exit_code != 0 and "no such file" in str(r.exception)

@@ -164,3 +164,69 @@ def recommend(
                 buf.write(f"{uids[u]},{rank},{iids[i]},{sc[r, i]:.6g}\n")
     atomic_write_text(out, buf.getvalue())
     typer.echo(f"wrote {len(dense)} x {k} recommendations to {out}")
+
+
+@app.command()
+def profiles(
+    item: Annotated[Path, typer.Argument(help=".item file (title/year/genres).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL cache (appended, resumable).")],
+    lm: Annotated[
+        str,
+        typer.Option(
+            help="Chat model: 'local' (SmolLM2), 'local:PATH', or "
+            "'http(s)://HOST/v1#MODEL' (OpenAI-compatible)."
+        ),
+    ] = "local",
+    inter: Annotated[
+        Path | None, typer.Option(help="With --inter: user profiles from the training split.")
+    ] = None,
+    user: Annotated[Path | None, typer.Option(help=".user file (demographics).")] = None,
+    max_new_tokens: int = 48,
+    batch_size: int = 48,
+    device: str = "cpu",
+    dtype: str = "bfloat16",
+) -> None:
+    """Write LLM item profiles (or, with --inter, user profiles) to a resumable JSONL cache."""
+    import time
+
+    from icml26.cclrec.data import load_interactions, load_table, split
+    from icml26.cclrec.profiles import (
+        PROFILE_TAG,
+        generate_profiles,
+        genre_agreement,
+        item_prompts,
+        user_prompts,
+    )
+    from icml26.cclrec.semantics import item_table, user_table
+    from icml26.core.chat import get_chat
+    from icml26.core.errors import UserError
+
+    if inter is None:
+        header, rows = load_table(item)
+        lower = [h.lower() for h in header]
+        if "item_id" not in lower:
+            raise UserError(f"{item}: no item_id column; header is {header}")
+        ids = [r[lower.index("item_id")].strip() for r in rows]
+        table = item_table(item, ids)
+        prompts = item_prompts(table)
+    else:
+        d = load_interactions(inter)
+        table = item_table(item, d.item_ids)
+        users = user_table(user, d.user_ids) if user else None
+        ids = list(d.user_ids)
+        prompts = user_prompts(split(d, "user_time").train, table, users)
+    chat = get_chat(lm, dtype=dtype, device=device)
+    t0 = time.perf_counter()
+    texts = generate_profiles(
+        prompts,
+        chat,
+        out,
+        ids=ids,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        tag=PROFILE_TAG if lm in ("local", "local:smollm2") else None,
+    )
+    msg = f"{len(texts)} {'user' if inter else 'item'} profiles in {out} ({time.perf_counter() - t0:.0f} s)"
+    if inter is None and "genres" in table:
+        msg += f"; {genre_agreement(texts, table['genres']):.0%} name one of the item's genres"
+    typer.echo(msg)

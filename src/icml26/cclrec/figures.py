@@ -36,7 +36,9 @@ def hits_by_popularity(model, sp_, k=20, n_bins=10):
     return hit_sum / np.maximum(cnt, 1)
 
 
-def all_figures(out_dir: Path, names, res, models, sp_, method, baselines) -> list[Path]:
+def all_figures(out_dir: Path, names, res, curves, pop_hits, method, baselines) -> list[Path]:
+    """``res``: per-system per-seed metric dicts; ``curves``: per-system [[pass, val NDCG@20]]
+    of the first seed; ``pop_hits``: per-system hit rates by popularity decile (first seed)."""
     plt = pyplot()
     out_dir = Path(out_dir)
     paths = []
@@ -60,9 +62,9 @@ def all_figures(out_dir: Path, names, res, models, sp_, method, baselines) -> li
     # 2. validation curves (first seed)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for n in names:
-        h = getattr(models.get(n), "history_", [])
+        h = curves.get(n) or []
         if h:
-            ax.plot([p for p, _, _ in h], [v for _, v, _ in h], marker=".", label=n)
+            ax.plot([p for p, _ in h], [v for _, v in h], marker=".", label=n)
     ax.set_xlabel("pass")
     ax.set_ylabel("validation NDCG@20")
     ax.legend(fontsize=6)
@@ -88,8 +90,8 @@ def all_figures(out_dir: Path, names, res, models, sp_, method, baselines) -> li
         paths.append(save_figure(fig, out_dir / "consensus_rates.png"))
     # 4. gain by item-popularity decile: method vs best baseline (first seed)
     best = max(baselines, key=lambda b: np.mean([x["ndcg@20"] for x in res[b]]))
-    if method in models and best in models:
-        hm, hb = hits_by_popularity(models[method], sp_), hits_by_popularity(models[best], sp_)
+    if pop_hits.get(method) is not None and pop_hits.get(best) is not None:
+        hm, hb = np.asarray(pop_hits[method]), np.asarray(pop_hits[best])
         fig, ax = plt.subplots(figsize=(6, 3.5))
         x = np.arange(len(hm))
         ax.bar(x - 0.2, hb, 0.4, label=best)
