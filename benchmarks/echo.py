@@ -11,6 +11,11 @@ Run: ``.venv/bin/python benchmarks/echo.py [--model PATH] [--dtype bf16] [--prom
 
 Prints markdown rows for benchmarks/RESULTS.md; saves a PNG to ``--plot``
 (default results/benchmarks/echo_cpu.png; '' for none).
+
+GPU check (``--tree-knee --device cuda``): a random-weight Llama-3-8B-shaped model (4 decoder
+layers by default, bf16) timed on B x K tree-masked batches (B <= 256, K <= 64, 1,024 cached
+tokens per row), with T_ar, K_max and gamma fitted per B; ``--knee-shape tiny --device cpu``
+runs the same code path as a smoke test.
 """
 
 from __future__ import annotations
@@ -62,6 +67,68 @@ def packed_vs_loop(lm: TreeLM, b: int = 8, reps: int = 3) -> tuple[float, float]
     return float(np.median(t_packed)), float(np.median(t_loop))
 
 
+SHAPES = {  # hidden, heads, kv heads, ffn, vocab
+    "8b": (4096, 32, 8, 14336, 128256),  # Llama-3-8B
+    "tiny": (128, 4, 2, 384, 1024),      # a CPU smoke test of the same code path
+}
+
+
+@torch.no_grad()
+def tree_batch_knee(shape: str = "8b", layers: int = 4, device: str = "cuda", dtype: str = "bf16",
+                    batch_sizes=(1, 8, 32, 64, 128, 256), per_request=(1, 2, 4, 8, 16, 32, 64),
+                    context: int = 1024, reps: int = 5, max_tokens: int = 16384) -> list[dict]:
+    """The GPU check: a random-weight Llama of ``shape`` (``layers`` decoder layers) in ``dtype``;
+    one forward over ``B`` rows of ``K`` tree-masked new tokens (a 2-wide tree: each token sees the
+    prefix, its ancestors and itself) on ``context`` cached tokens per row; median seconds, and
+    ``fit_knee`` on (B*K, seconds) per B. Totals above ``max_tokens`` are skipped (memory).
+    Times are for ``layers`` layers plus embedding and head: K_max and gamma carry to the full
+    depth to first order; T_ar scales with the layer count."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hidden, heads, kv, ffn, vocab = SHAPES[shape]
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=context + 128)
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    with dev:
+        model = LlamaForCausalLM(cfg).to(parse_dtype(dtype)).eval()
+    lm = TreeLM(model)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    out = []
+    for b in batch_sizes:
+        ks, ts = [], []
+        g = torch.Generator(device="cpu").manual_seed(b)
+        cache = [(torch.randn(b, kv, context, hidden // heads, generator=g).to(dev, lm.dtype),
+                  torch.randn(b, kv, context, hidden // heads, generator=g).to(dev, lm.dtype)) for _ in range(layers)]
+        for k in per_request:
+            if b * k > max_tokens:
+                continue
+            par = [max(j - 2, -1) for j in range(k)]  # 2-wide binary-ish tree: parent of j is j - 2
+            anc = torch.eye(k, dtype=torch.bool)
+            for j in range(k):
+                if par[j] >= 0:
+                    anc[j] |= anc[par[j]]
+            mask = torch.cat([torch.ones(k, context, dtype=torch.bool), anc], 1).expand(b, k, context + k)
+            depth = anc.sum(1) - 1
+            toks = torch.randint(0, vocab, (b, k), generator=g)
+            pos = (context + depth).expand(b, k)
+            lm.forward(toks, pos, mask, cache)
+            sync()
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                lm.forward(toks, pos, mask, cache)
+                sync()
+                times.append(time.perf_counter() - t0)
+            ks.append(b * k)
+            ts.append(float(np.median(times)))
+        fit = fit_knee(ks, ts) if len(ks) >= 3 else None
+        out.append({"B": b, "K per request": [k // b for k in ks], "seconds": ts,
+                    "fit": None if fit is None else vars(fit)})
+        del cache
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
@@ -71,7 +138,25 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--plot", default="results/benchmarks/echo_cpu.png")
+    ap.add_argument("--tree-knee", action="store_true",
+                    help="only the GPU check: random-weight 8B-shaped forwards on B x K tree-masked batches")
+    ap.add_argument("--knee-shape", default="8b", choices=sorted(SHAPES))
+    ap.add_argument("--knee-layers", type=int, default=4)
+    ap.add_argument("--knee-batch-sizes", default="1,8,32,64,128,256")
     a = ap.parse_args()
+    if a.tree_knee:
+        import json
+
+        rows = tree_batch_knee(a.knee_shape, a.knee_layers, a.device, a.dtype,
+                               tuple(int(x) for x in a.knee_batch_sizes.split(",")))
+        print("| B | K per request | ms | fit T_ar (ms) | K_max (total tokens) | gamma |\n|---|---|---|---|---|---|")
+        for r in rows:
+            f = r["fit"] or {}
+            print(f"| {r['B']} | {r['K per request']} | {[round(1e3 * t, 2) for t in r['seconds']]} | "
+                  f"{1e3 * f.get('t_ar', float('nan')):.2f} | {f.get('k_max', float('nan')):.0f} | "
+                  f"{f.get('gamma', float('nan')):.4f} |")
+        print(json.dumps(rows))
+        return
     model, tok = load_lm(a.model, dtype=parse_dtype(a.dtype), device=a.device)
     lm = TreeLM(model)
     ell = a.exit_layer or lm.n_layers - 1

@@ -14,7 +14,7 @@ def test_generate_check_and_knee(tmp_path):
                                  "--exit-layer", "2", "--policy", "echo", "--k-max", "10",
                                  "--max-new-tokens", "12", "--check", "--gates", "1:0.2,3:0.4"])
     assert r.exit_code == 0, r.output
-    assert "2/2 outputs identical" in r.output
+    assert "2/2 outputs identical to transformers generate" in r.output
     r = CliRunner().invoke(app, ["knee", "--batch-sizes", "1,128"])
     assert r.exit_code == 0 and "K_max" in r.output
 

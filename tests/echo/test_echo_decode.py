@@ -83,3 +83,27 @@ def test_bad_input(tiny):
         dec.generate(PROMPTS, 4, temperature=0.7)
     with pytest.raises(ValueError, match="positions"):
         dec.generate([[1] * 500], 10)
+
+
+def test_replay_tree_memo_equals_fresh_builds(tiny):
+    """Batch-independent policies reuse each sample's tree across groups, batch sizes and resamples;
+    the records must equal building every group afresh (no memo), and the memo must be used."""
+    from icml26.echo.replay import make_groups, replay_accept
+
+    m, ref = tiny
+    seqs = [p + t for p, t in zip(PROMPTS, ref, strict=True)]
+    pos = [list(range(len(p), len(s) - 5, 2)) for p, s in zip(PROMPTS, seqs, strict=True)]
+    rs = ReplaySet(TreeLM(m), 2, seqs, pos)
+    fresh = ReplaySet(TreeLM(m), 2, seqs, pos)
+    for pol in (StaticTree(depth=4, topk=3, total=10), DenseDynamic(tau=0.3, depth=4, topk=3), AR()):
+        assert pol.tree_key(3, 14) is not None
+        for b, k_max, seed in ((1, 14, 0), (3, 14, 1), (3, 14, 2), (3, 9, 3), (2, 14, 4)):
+            groups = make_groups(len(rs), b, 6, seed)
+            recs = rs.run(pol, groups, k_max)
+            for g, r in zip(groups, recs, strict=True):
+                trees = pol.build(fresh.oracle, g, [fresh.root(s) for s in g], k_max)
+                assert r.accepted == [replay_accept(t, fresh.truth(s)) for t, s in zip(trees, g, strict=True)]
+                assert r.sizes == [t.size for t in trees]
+                assert r.expanded == [list(t.expanded) for t in trees]
+    assert 0 < len(rs._trees) <= 6 * len(rs)  # one entry per (policy key, sample): 1 + 4 + 1 keys
+    assert Echo().tree_key(3, 14) is None and AdaptiveChain().tree_key(3, 14) is None

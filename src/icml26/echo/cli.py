@@ -76,10 +76,25 @@ def generate_cmd(
     typer.echo(f"{pol.name}: {len(out.steps)} verify steps, MAT {out.mean_accepted:.2f} tokens/step, "
                f"verified/accepted {out.verified_per_accepted:.2f}, {n / wall:.1f} tokens/s wall")
     if check:
-        ref = SpeculativeDecoder(m, 1, AR(), k_max=b, bucket=1).generate(ids, max_new_tokens, b, tok.eos_token_id)
-        same = sum(a == r for a, r in zip(out.tokens, ref.tokens, strict=True))
-        typer.echo(f"check: {same}/{len(ids)} outputs identical to plain greedy decoding")
+        import torch
+
+        # the reference: transformers' own greedy generate, one prompt at a time (no padding)
+        ref = []
+        for p_ids in ids:
+            g = m.generate(torch.tensor([p_ids], device=m.device), max_new_tokens=max_new_tokens, do_sample=False,
+                           eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id if tok.pad_token_id is None
+                           else tok.pad_token_id, attention_mask=torch.ones(1, len(p_ids), dtype=torch.long,
+                                                                            device=m.device))
+            ref.append(g[0, len(p_ids):].tolist())
+        same = sum(a == r for a, r in zip(out.tokens, ref, strict=True))
+        typer.echo(f"check: {same}/{len(ids)} outputs identical to transformers generate(do_sample=False)")
         if same != len(ids):
+            ar = SpeculativeDecoder(m, 1, AR(), k_max=b, bucket=1).generate(ids, max_new_tokens, b, tok.eos_token_id)
+            for i, (a, r) in enumerate(zip(out.tokens, ref, strict=True)):
+                if a != r:
+                    j = next((k for k, (x, y) in enumerate(zip(a, r, strict=False)) if x != y), min(len(a), len(r)))
+                    typer.echo(f"  prompt {i}: first difference at new token {j}; identical to this "
+                               f"decoder's AR: {a == ar.tokens[i]}")
             raise typer.Exit(1)
 
 

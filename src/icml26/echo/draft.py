@@ -2,8 +2,9 @@
 LM head, reusing the target's KV of those layers) or any same-tokenizer causal LM.
 
 :class:`TreeDraftOracle` answers a policy's "top-k next tokens after this draft path" with one
-tree-masked forward per call over the trie of the asked paths (ancestors recomputed, so no draft
-KV has to be kept for tree nodes), memoized per (request, path) for the current step.
+tree-masked forward per call over the asked nodes not run yet (the K/V of nodes already run are
+kept as extra cache columns, so each tree node runs once), memoized per (request, path) for the
+current step.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 
 from icml26.echo.model import KV, TreeLM
-from icml26.echo.tree import DraftTree, Path
+from icml26.echo.tree import Path
 
 __all__ = ["DraftContext", "TreeDraftOracle", "exit_layer_agreement", "choose_exit_layer", "KMAX"]
 
@@ -46,6 +47,7 @@ class TreeDraftOracle:
         self.memo: dict[tuple[int, Path], tuple[np.ndarray, np.ndarray]] = {}
         self.calls = 0
         self.nodes_run = 0
+        self._nodes: dict[int, tuple[dict[Path, int], KV | None]] = {}  # per request: column of each run node, K/V
 
     def topk(self, req: int, paths: Sequence[Path], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         if k > self.kmax:
@@ -63,19 +65,50 @@ class TreeDraftOracle:
 
     @torch.no_grad()
     def _compute(self, req: int, paths: list[Path]) -> None:
+        """One tree-masked forward over the asked paths' nodes that have not run yet for ``req``
+        (root included); the K/V of nodes already run in this oracle are reused as cache columns,
+        so each tree node runs once per oracle (a live step drafts depth by depth)."""
         ctx = self.contexts[req]
-        trie = {p[:j]: 0.0 for p in paths for j in range(1, len(p) + 1)}
-        tree = DraftTree.from_paths(ctx.root, trie)
-        index = {tree.path(j): j for j in range(tree.size)}
-        n = tree.size
-        t = ctx.prefix_len
-        mask = torch.cat([torch.ones(n, t, dtype=torch.bool), tree.tree_mask()], 1).unsqueeze(0)
-        logits, _ = self.lm.forward(torch.as_tensor(tree.tokens).view(1, -1),
-                                    tree.position_ids(t).view(1, -1), mask, ctx.cache, self.n_layers)
-        self.calls += 1
-        self.nodes_run += n
+        cols, store = self._nodes.get(req, ({}, None))
+        need: list[Path] = []
+        seen: set[Path] = set()
         for p in paths:
-            self.put(req, p, logits[0, index[p]].cpu())
+            for j in range(len(p) + 1):
+                q = p[:j]
+                if q not in cols and q not in seen:
+                    seen.add(q)
+                    need.append(q)
+        need.sort(key=len)  # parents first
+        t, n_old, w = ctx.prefix_len, len(cols), len(need)
+        if ctx.cache is not None and ctx.cache[0][0].shape[2] != t:
+            raise ValueError(f"draft cache of request {req} holds {ctx.cache[0][0].shape[2]} tokens, "
+                             f"prefix_len is {t}")
+        new_col = {q: r for r, q in enumerate(need)}
+        mask = torch.zeros(1, w, t + n_old + w, dtype=torch.bool)
+        mask[0, :, :t] = True
+        for r, q in enumerate(need):
+            for j in range(len(q) + 1):
+                a = q[:j]
+                mask[0, r, t + cols[a] if a in cols else t + n_old + new_col[a]] = True
+        toks = torch.tensor([[q[-1] if q else ctx.root for q in need]])
+        pos = torch.tensor([[t + len(q) for q in need]])
+        if store is None:
+            cache = ctx.cache
+        elif ctx.cache is None:
+            cache = store
+        else:
+            cache = [(torch.cat([ck, sk], 2), torch.cat([cv, sv], 2))
+                     for (ck, cv), (sk, sv) in zip(ctx.cache, store, strict=True)]
+        logits, kv = self.lm.forward(toks, pos, mask, cache, self.n_layers)
+        self.calls += 1
+        self.nodes_run += w
+        store = kv if store is None else [(torch.cat([sk, k], 2), torch.cat([sv, v], 2))
+                                          for (sk, sv), (k, v) in zip(store, kv, strict=True)]
+        cols.update({q: n_old + r for r, q in enumerate(need)})
+        self._nodes[req] = (cols, store)
+        for r, q in enumerate(need):
+            if (req, q) not in self.memo:
+                self.put(req, q, logits[0, r].cpu())
 
 
 @torch.no_grad()

@@ -9,6 +9,8 @@ target on one H100 with an EAGLE-3-like one-layer draft), giving tokens/s at eve
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -22,7 +24,7 @@ from icml26.echo.policies import AR, AdaptiveChain, DenseDynamic, Echo, Policy, 
 from icml26.echo.prompts import echo_prompts
 from icml26.echo.replay import ReplaySet, make_groups, replay_positions
 
-__all__ = ["ExperimentConfig", "chat_ids", "greedy_continuations", "run_experiment", "BASELINES"]
+__all__ = ["ExperimentConfig", "chat_ids", "greedy_continuations", "run_experiment", "live_decoding", "BASELINES"]
 
 BASELINES = ("StaticTree", "StaticTree-SGLang", "DenseDynamic", "AdaptiveChain")
 
@@ -47,12 +49,18 @@ class ExperimentConfig:
     context: int = 1024
     n_boot: int = 30
     gen_batch: int = 8
+    live_prompts: int = 8
+    live_tokens: int = 48
+    live_batch_sizes: tuple[int, ...] = (1, 8)
     seed: int = 0
 
     def __post_init__(self):
-        for f in ("n_prompts", "n_calib", "max_new_tokens", "stride", "depth", "topk", "total", "gen_batch"):
+        for f in ("n_prompts", "n_calib", "max_new_tokens", "stride", "depth", "topk", "total", "gen_batch",
+                  "live_prompts", "live_tokens"):
             if getattr(self, f) < 1:
                 raise ValueError(f"ExperimentConfig.{f} must be >= 1; got {getattr(self, f)}")
+        if not self.live_batch_sizes or min(self.live_batch_sizes) < 1:
+            raise ValueError(f"live_batch_sizes must be non-empty and >= 1; got {self.live_batch_sizes}")
         if self.headline_b not in self.batch_sizes:
             raise ValueError(f"headline_b={self.headline_b} must be one of batch_sizes {self.batch_sizes}")
         if not 0 < self.agreement_target < 1:
@@ -210,3 +218,52 @@ def _bootstrap(rs, pols, by_prompt, eval_prompts, cfg, cost, progress) -> list[f
             tps[name] = tk.sum() / sec.sum()
         out.append(tps["Echo"] / max(tps[n] for n in BASELINES))
     return out
+
+
+def live_policies(cfg: ExperimentConfig, cal, topk: int) -> list[Policy]:
+    """The live-decoding rows' policies: AR, EAGLE-3's static tree, DenseDynamic and Echo, with the
+    replay's calibrated gates and the shared beam-width rule."""
+    lim = {"depth": cfg.depth, "topk": topk, "total": cfg.total}
+    return [AR(), StaticTree(depth=cfg.depth, topk=cfg.topk, total=cfg.total),
+            DenseDynamic(tau=cal.single_tau, **lim), Echo(gate_depths=cal.gate_depths, taus=cal.taus, **lim)]
+
+
+def live_decoding(model, tok, cfg: ExperimentConfig, draft, cal, k_max_of: Callable[[int], int],
+                  progress=None) -> list[dict]:
+    """Real speculative decoding on this device: wall-clock tokens/s of every live policy vs AR.
+
+    ``draft``: an exit layer ``l`` (self-draft) or a same-vocabulary model. ``cal``: the gate
+    calibration (:class:`~icml26.echo.calibrate.GateCalibration`). ``k_max_of(B)``: the budget at
+    batch size B. The first ``cfg.live_prompts`` evaluation prompts decode ``cfg.live_tokens``
+    greedy tokens at each B in ``cfg.live_batch_sizes`` (slots refilled); every policy's output is
+    compared token for token with AR's at the same B. Verification rows are padded only to the
+    batch's widest tree (``bucket=1``: no CUDA graphs on a CPU)."""
+    lm = model if isinstance(model, TreeLM) else TreeLM(model)
+    texts = echo_prompts(cfg.n_prompts + cfg.n_calib, seed=cfg.seed)[: min(cfg.live_prompts, cfg.n_prompts)]
+    prompts = [chat_ids(tok, t) for _, t in texts]
+    jobs = []
+    for b in cfg.live_batch_sizes:
+        k_max = max(b, int(k_max_of(b)))
+        jobs += [(b, k_max, pol) for pol in live_policies(cfg, cal, shared_topk(cfg.topk, k_max, b))]
+    it = jobs
+    if progress is not None:
+        it = progress.track(jobs, total=len(jobs), description="echo: live decoding")
+    rows, ref, ar_tps = [], {}, {}
+    for b, k_max, pol in it:
+        dec = SpeculativeDecoder(lm, draft, pol, k_max, bucket=1)
+        t0 = time.perf_counter()
+        out = dec.generate(prompts, cfg.live_tokens, batch_size=b, eos_token_id=tok.eos_token_id)
+        wall = time.perf_counter() - t0
+        n = sum(map(len, out.tokens))
+        tps = n / wall
+        if isinstance(pol, AR):
+            ref[b], ar_tps[b] = out.tokens, tps
+        draft_s = sum(s.draft_s for s in out.steps)
+        verify_s = sum(s.verify_s for s in out.steps)
+        rows.append({"policy": f"{pol.name} (live CPU)" if lm.device.type == "cpu" else f"{pol.name} (live)",
+                     "B": b, "K_max": k_max, "beam top-k": getattr(pol, "topk", 1), "MAT": out.mean_accepted,
+                     "verified/accepted": out.verified_per_accepted, "tokens/s (wall)": tps,
+                     "wall vs AR": tps / ar_tps[b], "draft share": draft_s / max(draft_s + verify_s, 1e-12),
+                     "identical to AR": f"{sum(x == y for x, y in zip(out.tokens, ref[b], strict=True))}/{len(prompts)}",
+                     "tokens": n, "wall s": wall})
+    return rows

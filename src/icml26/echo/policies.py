@@ -97,6 +97,12 @@ class Policy:
 
     name = "policy"
 
+    def tree_key(self, n_reqs: int, k_max: int):
+        """A hashable key when each request's tree depends only on that request (and on ``n_reqs``,
+        ``k_max`` through the key), so replays may reuse it across groups; ``None`` (the default)
+        when trees depend on the rest of the batch."""
+        return None
+
     def build(self, oracle: DraftOracle, reqs: Sequence[int], roots: Sequence[int],
               k_max: int) -> list[DraftTree]:
         raise NotImplementedError
@@ -113,6 +119,9 @@ class AR(Policy):
     """Autoregressive decoding: the root only."""
 
     name = "AR"
+
+    def tree_key(self, n_reqs, k_max):
+        return (self,)
 
     def build(self, oracle, reqs, roots, k_max):
         return [DraftTree.chain(r) for r in roots]
@@ -139,6 +148,9 @@ class StaticTree(Policy):
     def __post_init__(self):
         _check_shape(self.depth, self.topk, self.total)
 
+    def tree_key(self, n_reqs, k_max):
+        return (self,)  # ignores the budget and the batch
+
     def build(self, oracle, reqs, roots, k_max):
         out = []
         for req, root in zip(reqs, roots, strict=True):
@@ -162,6 +174,9 @@ class DenseDynamic(Policy):
     def __post_init__(self):
         _check_tau(self.tau, "tau")
         _check_shape(self.depth, self.topk, self.total)
+
+    def tree_key(self, n_reqs, k_max):
+        return (self, k_max // max(n_reqs, 1))  # a fixed per-request share
 
     def build(self, oracle, reqs, roots, k_max):
         self._check(reqs, k_max)

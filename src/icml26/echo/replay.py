@@ -70,6 +70,7 @@ class ReplaySet:
     def __init__(self, lm: TreeLM, exit_layer: int | None, seqs: Sequence[Sequence[int]],
                  positions: Sequence[Sequence[int]], progress=None):
         self.seqs = [list(s) for s in seqs]
+        self._trees: dict = {}  # (policy.tree_key, sample) -> (accepted, K_i, expanded, max depth)
         self.samples: list[tuple[int, int]] = [(i, p) for i, ps in enumerate(positions) for p in ps]
         ctxs = {}
         first = {}
@@ -151,13 +152,24 @@ class ReplaySet:
                 b.grow()
 
     def run(self, policy: Policy, groups: Sequence[Sequence[int]], k_max: int) -> list[IterRecord]:
-        """Simulate ``policy`` on each group of sample ids (one iteration each)."""
+        """Simulate ``policy`` on each group of sample ids (one iteration each).
+
+        Policies whose trees do not depend on the rest of the batch (``policy.tree_key`` not None:
+        AR, static trees, per-request budgets) are built once per sample and key and reused across
+        groups, batch sizes and bootstrap resamples (the same trees, so the same records)."""
         out = []
         for g in groups:
-            trees = policy.build(self.oracle, list(g), [self.root(s) for s in g], k_max)
-            out.append(IterRecord(list(g), [replay_accept(t, self.truth(s)) for t, s in zip(trees, g, strict=True)],
-                                  [t.size for t in trees], [list(t.expanded) for t in trees],
-                                  [t.max_depth for t in trees]))
+            key = policy.tree_key(len(g), k_max)
+            if key is not None and all((key, s) in self._trees for s in g):
+                per = [self._trees[key, s] for s in g]
+            else:
+                trees = policy.build(self.oracle, list(g), [self.root(s) for s in g], k_max)
+                per = [(replay_accept(t, self.truth(s)), t.size, tuple(t.expanded), t.max_depth)
+                       for t, s in zip(trees, g, strict=True)]
+                if key is not None:
+                    self._trees.update({(key, s): r for s, r in zip(g, per, strict=True)})
+            out.append(IterRecord(list(g), [r[0] for r in per], [r[1] for r in per], [list(r[2]) for r in per],
+                                  [r[3] for r in per]))
         return out
 
 
