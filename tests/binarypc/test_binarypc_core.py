@@ -198,3 +198,46 @@ def test_quest_page_score_bounds_every_key():
         assert torch.allclose(
             s[0, 0, p0 : p0 + 5], s[0, 0, p0].expand(len(range(p0, min(p0 + 5, 37))))
         )
+
+
+def _mp(**kw):
+    return make_method(BinaryPCConfig(method="magicpig", **kw))
+
+
+def test_magicpig_sampling_probability_matches_collision_frequency():
+    """The estimator's p_i is the true inclusion probability of the LSH sample (Monte Carlo
+    over independent hash draws; binomial tail of (1 − θ/π)^K per table)."""
+    from icml26.binarypc.methods import _binom_tail
+
+    g = _gen(3)
+    keys = torch.randn(1, 1, 40, 8, generator=g, dtype=torch.float64)
+    q = keys[0, 0, 5] + 0.5 * torch.randn(8, generator=g, dtype=torch.float64)
+    q = q.reshape(1, 1, 8)
+    m = _mp(lsh_k=3, lsh_l=5, min_collisions=2, sinks=0, window=0, center=False)
+    n, freq = 800, torch.zeros(40, dtype=torch.float64)
+    for s in range(n):
+        meta = m.prepare(keys, _gen(1000 + s))
+        _, sel = m.attend(q, keys, keys, meta, 40, 1.0, positions=torch.tensor([39]))
+        freq += sel[0, 0].double()
+    cos = (keys[0, 0] @ q[0, 0]) / (keys[0, 0].norm(dim=-1) * q[0, 0].norm())
+    p = _binom_tail((1 - torch.arccos(cos) / math.pi) ** 3, 5, 2)
+    se = (p * (1 - p) / n).sqrt()
+    assert ((freq / n - p).abs() <= 4.5 * se + 1e-3).all()
+    assert p.max() > 0.7 and p.min() < 0.2  # the check covers a wide range of p
+
+
+def test_magicpig_dense_when_window_covers_and_budget_respected():
+    g = _gen(4)
+    keys = torch.randn(2, 2, 60, 16, generator=g)
+    vals = torch.randn(2, 2, 60, 16, generator=g)
+    q = torch.randn(2, 4, 16, generator=g)
+    m = _mp(sinks=4, window=60)
+    o, sel = m.attend(q, keys, vals, m.prepare(keys[:, :, :50], _gen(0)), 20, 0.25)
+    ref, _ = dense_attention(q, keys, vals, 0.25)
+    assert sel.all() and torch.allclose(o, ref, atol=1e-5)
+    m = _mp(sinks=2, window=4, lsh_k=2, lsh_l=10, min_collisions=1)
+    o, sel = m.attend(q, keys, vals, m.prepare(keys[:, :, :50], _gen(0)), 20, 0.25)
+    n = sel.sum(-1)
+    assert (n <= 20).all() and (n == 20).any()  # thinned to the budget, never above it
+    # sinks, the last 4 tokens and the decode tokens (>= 50) are always attended
+    assert sel[..., :2].all() and sel[..., 50:].all()

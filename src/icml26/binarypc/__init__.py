@@ -3,7 +3,7 @@ codes (Yu et al., ICML 2026), with baselines at the same token budget, as an HF 
 
 from icml26.binarypc.codes import binary_pcs, hash_keys, recon_error
 from icml26.binarypc.methods import METHODS, BinaryPCConfig
-from icml26.binarypc.patch import apply_binarypc, calibrate, remove_binarypc
+from icml26.binarypc.patch import apply_binarypc, calibrate, prime, remove_binarypc, sparse_replay
 
 __all__ = [
     "METHODS",
@@ -12,6 +12,8 @@ __all__ = [
     "binary_pcs",
     "calibrate",
     "hash_keys",
+    "prime",
     "recon_error",
     "remove_binarypc",
+    "sparse_replay",
 ]

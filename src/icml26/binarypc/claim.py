@@ -24,8 +24,8 @@ import torch
 
 from icml26.binarypc.codes import binary_pcs
 from icml26.binarypc.methods import BinaryPCConfig, make_method, metadata_bytes
-from icml26.binarypc.patch import capture_qkv
-from icml26.binarypc.select import budget, dense_attention, select_tokens, sparse_attention
+from icml26.binarypc.patch import capture_qkv, expand_meta, sparse_decode
+from icml26.binarypc.select import budget, dense_attention
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.lm import load_lm
@@ -40,18 +40,22 @@ VARIANTS = {  # label -> config overrides
     "BinaryPC, no error set": {"method": "bpc", "err_ratio": 0.0},
     "BinaryPC, offline directions": {"method": "bpc"},
     "SimHash-64 (LSH)": {"method": "simhash"},
+    "MagicPIG (K=10, L=150)": {"method": "magicpig"},
     "Quest (page 16)": {"method": "quest"},
     "StreamingLLM (4 sinks)": {"method": "streaming"},
     "Oracle top-k": {"method": "oracle"},
 }
-BASELINES = ("SimHash-64 (LSH)", "Quest (page 16)")
+BASELINES = ("SimHash-64 (LSH)", "MagicPIG (K=10, L=150)", "Quest (page 16)")
 
 
-def _expand(meta: dict, B: int) -> dict:
-    return {
-        k: (v.expand(B, *v.shape[1:]) if torch.is_tensor(v) and v.dim() >= 3 else v)
-        for k, v in meta.items()
-    }
+def selection_mask(sel: torch.Tensor, Hq: int, L: int) -> torch.Tensor:
+    """(B, Hq, L) bool of what each query head attended: from indices (B, Hkv, k) (shared by a
+    GQA group) or a per-query-head mask (B, Hq, L) already."""
+    if sel.dtype == torch.bool:
+        return sel
+    B, Hkv, _ = sel.shape
+    m = torch.zeros((B, Hkv, L), dtype=torch.bool).scatter_(2, sel, True)
+    return m.repeat_interleave(Hq // Hkv, dim=1)
 
 
 @torch.no_grad()
@@ -67,11 +71,10 @@ def evaluate_context(qkv, layers, n_pos, fracs, seed, offline=None, scaling=None
         qs = q[0, :, P:].transpose(0, 1)  # (n_pos, Hq, D)
         keys, vals = k.expand(n_pos, -1, -1, -1), v.expand(n_pos, -1, -1, -1)
         pos = torch.arange(L)
-        allowed = pos[None, :] <= (P + torch.arange(n_pos))[:, None]  # (n_pos, L)
+        positions = P + torch.arange(n_pos)
+        allowed = pos[None, :] <= positions[:, None]  # (n_pos, L)
         o_ref, w = dense_attention(qs, keys, vals, sc, allowed=allowed)
-        Hkv, Hq = k.shape[1], q.shape[1]
-        G = Hq // Hkv
-        wg = w.reshape(n_pos, Hkv, G, L)
+        Hq = q.shape[1]
         layer_rows = {}
         for label, over in VARIANTS.items():
             if label.endswith("offline directions") and offline is None:
@@ -79,13 +82,15 @@ def evaluate_context(qkv, layers, n_pos, fracs, seed, offline=None, scaling=None
             m = make_method(BinaryPCConfig(**over, seed=seed))
             d = offline[li] if label.endswith("offline directions") else None
             gen = torch.Generator().manual_seed(seed * 1000 + li)
-            meta = _expand(m.prepare(k[:, :, :P], gen, d), n_pos)
+            meta = expand_meta(m.prepare(k[:, :, :P], gen, d), n_pos)
+            meta["memo"] = {}
             for frac in fracs:
                 kk = budget(P, 1.0 - frac, 128)
-                s, forced = m.score(qs, meta, kk)
-                idx = select_tokens(s, kk, L, forced=forced, allowed=allowed)
-                o = sparse_attention(qs, keys, vals, idx, sc, allowed=allowed)
-                mass = torch.gather(wg, 3, idx[:, :, None, :].expand(-1, -1, G, -1)).sum(-1)
+                o, sel = sparse_decode(
+                    m, meta, P, qs, keys, vals, sc, kk, allowed=allowed, positions=positions
+                )
+                mask = selection_mask(sel, Hq, L)  # (n_pos, Hq, L)
+                mass = (w * mask).sum(-1)
                 err = (o - o_ref).norm(dim=-1) / o_ref.norm(dim=-1).clamp_min(1e-12)
                 layer_rows[label, frac] = {
                     "variant": label,
@@ -93,36 +98,65 @@ def evaluate_context(qkv, layers, n_pos, fracs, seed, offline=None, scaling=None
                     "k": kk,
                     "layer": li,
                     "P": P,
-                    "mass": mass.mean((1, 2)).numpy(),
+                    "mass": mass.mean(1).numpy(),
                     "err": err.mean(1).numpy(),
-                    "idx": idx,
+                    "attended": mask.sum(-1).float().mean(1).numpy(),
+                    "mask": mask,
                 }
         for (_label, frac), r in layer_rows.items():
-            oracle_idx = layer_rows["Oracle top-k", frac]["idx"]
-            hits = (r["idx"][..., :, None] == oracle_idx[..., None, :]).any(-1)
-            r["recall"] = hits.float().mean((1, 2)).numpy()
+            omask = layer_rows["Oracle top-k", frac]["mask"]
+            r["recall"] = ((r["mask"] & omask).sum(-1).float() / r["k"]).mean(1).numpy()
         for r in layer_rows.values():
-            del r["idx"]
+            del r["mask"]
             out.append(r)
         if progress is not None:
             progress(1)
     return out
 
 
+PPL_VARIANTS = (
+    "BinaryPC",
+    "SimHash-64 (LSH)",
+    "MagicPIG (K=10, L=150)",
+    "Quest (page 16)",
+    "StreamingLLM (4 sinks)",
+    "Oracle top-k",
+)
+PASSKEY_VARIANTS = ("BinaryPC", "SimHash-64 (LSH)", "MagicPIG (K=10, L=150)", "Quest (page 16)")
+PASSKEY_MIN_DENSE = 0.8
+
+
+def _ints(ctx, name, default):
+    if name not in ctx.options:
+        return default
+    try:
+        return [int(x) for x in str(ctx.options[name]).split(",") if x.strip()]
+    except ValueError:
+        raise UserError(
+            f"option {name}: expected comma-separated ints; got {ctx.options[name]!r}"
+        ) from None
+
+
 def run(ctx: RunContext) -> Result:
     device = check_device(ctx.device)
     dtype = parse_dtype(ctx.options.get("dtype", "fp32"))
-    lengths = ctx.pick(tiny=[1024], small=[2048, 4096, 8192], full=[8192] * 6)
-    if "lengths" in ctx.options:
-        try:
-            lengths = [int(x) for x in str(ctx.options["lengths"]).split(",")]
-        except ValueError:
-            raise UserError(
-                f"option lengths: expected comma-separated ints; got {ctx.options['lengths']!r}"
-            ) from None
+    lengths = _ints(
+        ctx, "lengths", ctx.pick(tiny=[1024], small=[2048, 4096, 8192], full=[8192] * 6)
+    )
     n_pos = int(ctx.options.get("positions", ctx.pick(tiny=8, small=24, full=48)))
     layer_step = int(ctx.options.get("layer_step", ctx.pick(tiny=1, small=3, full=1)))
     fracs = ctx.pick(tiny=[0.02], small=[0.02, 0.05, 0.10], full=[0.02, 0.05, 0.10])
+    ppl_prefix = int(ctx.options.get("ppl_prefix", ctx.pick(tiny=160, small=4096, full=4096)))
+    ppl_tokens = int(ctx.options.get("ppl_tokens", ctx.pick(tiny=8, small=256, full=256)))
+    ppl_seqs = int(ctx.options.get("ppl_seqs", ctx.pick(tiny=1, small=1, full=4)))
+    pk_lengths = _ints(
+        ctx, "passkey_lengths", ctx.pick(tiny=[256], small=[2048, 4096, 8192], full=[8192])
+    )
+    pk_trials = _ints(ctx, "passkey_trials", ctx.pick(tiny=[1], small=[5, 3, 2], full=[10]))
+    if len(pk_trials) != len(pk_lengths):
+        raise UserError(
+            f"options passkey_trials {pk_trials} and passkey_lengths {pk_lengths} differ in length"
+        )
     model, tok = load_lm(ctx.options.get("model"), dtype=dtype, device=device)
     n_layers = model.config.num_hidden_layers
     layers = ctx.pick(
@@ -133,11 +167,13 @@ def run(ctx: RunContext) -> Result:
     if not layers:
         raise UserError(f"the model has {n_layers} layers; BinaryPC keeps layers 0-1 dense")
     max_pos = model.config.max_position_embeddings
-    if max(lengths) > max_pos:
-        raise UserError(f"context {max(lengths)} exceeds the model's {max_pos} positions")
-    ids = token_ids(tok, "test", max_tokens=sum(lengths))
-    if ids.numel() < sum(lengths):
-        raise UserError(f"the test split has {ids.numel()} tokens; need {sum(lengths)}")
+    longest = max([*lengths, ppl_prefix + ppl_tokens + 1, *pk_lengths])
+    if longest > max_pos:
+        raise UserError(f"context {longest} exceeds the model's {max_pos} positions")
+    need = sum(lengths) + ppl_seqs * (ppl_prefix + ppl_tokens + 1)
+    ids = token_ids(tok, "test", max_tokens=need)
+    if ids.numel() < need:
+        raise UserError(f"the test split has {ids.numel()} tokens; need {need}")
     n_calib = ctx.pick(tiny=512, small=2048, full=8192)
     calib = token_ids(tok, "train", max_tokens=n_calib)
     cq, _ = capture_qkv(model, calib.reshape(1, -1))  # same procedure as calibrate(), fewer layers
@@ -145,8 +181,9 @@ def run(ctx: RunContext) -> Result:
     offline = {li: binary_pcs(cq[li][1][0].float().cpu(), 64, 4, generator=gen) for li in layers}
     del cq
 
+    # 1. attention-mass recall on shared dense prefills
     records, start = [], 0
-    tick = ctx.progress.task("contexts × layers", total=len(lengths) * len(layers))
+    tick = ctx.progress.task("recall: contexts × layers", total=len(lengths) * len(layers))
     scaling = model.model.layers[0].self_attn.scaling
     for ci, L in enumerate(lengths):
         qkv, _ = capture_qkv(model, ids[start : start + L].reshape(1, -1))
@@ -169,10 +206,14 @@ def run(ctx: RunContext) -> Result:
             mass = np.concatenate([r["mass"] for r in rs])
             rows.append(
                 {
+                    "study": "recall",
                     "method": label,
                     "budget": f"{frac:.0%}",
                     "effective budget (tokens, per length)": ", ".join(
                         sorted({f"{r['L']}:{r['k']}" for r in rs})
+                    ),
+                    "attended (mean tokens per query head)": round(
+                        float(np.concatenate([r["attended"] for r in rs]).mean()), 1
                     ),
                     "attention-mass recall": round(float(mass.mean()), 4),
                     "min over contexts": round(
@@ -207,20 +248,114 @@ def run(ctx: RunContext) -> Result:
 
     value = ratio(bpc, *bases)
     spread = bootstrap_ci(ratio, bpc, *bases, seed=ctx.seed)
+
+    # 2. perplexity of a continuation with every decode query sparse (one replay per method)
+    from icml26.binarypc.decode_eval import passkey_config, passkey_study, perplexity_study
+
+    seqs, n_seq = [], ppl_prefix + ppl_tokens + 1
+    for _ in range(ppl_seqs):
+        seqs.append(ids[start : start + n_seq])
+        start += n_seq
+    ppl_cfgs = {
+        lab: passkey_config(HEAD_FRAC, **VARIANTS[lab], seed=ctx.seed)
+        for lab in (PPL_VARIANTS if ctx.scale != "tiny" else PPL_VARIANTS[:1])
+    }
+    tick = ctx.progress.task("perplexity: sequences × methods", total=ppl_seqs * len(ppl_cfgs))
+    nll = perplexity_study(model, seqs, ppl_prefix, ppl_cfgs, progress=tick) if seqs else {}
+    dense_nll = nll.get("Dense")
+    ppl_ratio = {}
+    for label, x in nll.items():
+        r = float(np.exp(x.mean() - dense_nll.mean()))
+        ppl_ratio[label] = r
+        lo, hi = bootstrap_ci(
+            lambda a, b: float(np.exp(a.mean() - b.mean())), x, dense_nll, seed=ctx.seed
+        )
+        rows.append(
+            {
+                "study": "perplexity",
+                "method": label,
+                "budget": "100%" if label == "Dense" else f"{HEAD_FRAC:.0%}",
+                "effective budget (tokens, per length)": "dense"
+                if label == "Dense"
+                else f"{ppl_prefix}+: {budget(ppl_prefix + 1, 1 - HEAD_FRAC, 128)}",
+                "perplexity": round(float(np.exp(x.mean())), 3),
+                "ppl ratio to dense": round(r, 4),
+                "ratio 95% CI": f"[{lo:.4f}, {hi:.4f}]",
+                "tokens": int(x.size),
+            }
+        )
+
+    # 3. passkey: dense accuracy first; lengths where dense < 80% are uninformative
+    pk_recs = []
+    if pk_lengths and sum(pk_trials) > 0:
+        filler = ids[start:] if ids.numel() - start > 2 * max(pk_lengths) else ids
+        pk_cfgs = {
+            lab: passkey_config(HEAD_FRAC, **VARIANTS[lab], seed=ctx.seed)
+            for lab in (PASSKEY_VARIANTS if ctx.scale != "tiny" else PASSKEY_VARIANTS[:1])
+        }
+        tick = ctx.progress.task("passkey trials", total=sum(pk_trials))
+        pk_recs = passkey_study(
+            model, tok, filler, pk_lengths, pk_trials, pk_cfgs, seed=ctx.seed, progress=tick
+        )
+    uninformative_lengths = []
+    for L in pk_lengths:
+        dense_acc = np.mean(
+            [r["exact"] for r in pk_recs if r["length"] == L and r["method"] == "Dense"]
+        )
+        informative = dense_acc >= PASSKEY_MIN_DENSE
+        if not informative:
+            uninformative_lengths.append(L)
+        for label in dict.fromkeys(r["method"] for r in pk_recs):
+            rs = [r for r in pk_recs if r["length"] == L and r["method"] == label]
+            rows.append(
+                {
+                    "study": "passkey",
+                    "method": label,
+                    "budget": "100%" if label == "Dense" else f"{HEAD_FRAC:.0%}",
+                    "effective budget (tokens, per length)": "dense"
+                    if label == "Dense"
+                    else f"{L}:{budget(L + 1, 1 - HEAD_FRAC, 128)}",
+                    "context": L,
+                    "trials": len(rs),
+                    "exact match": round(float(np.mean([r["exact"] for r in rs])), 3),
+                    "key log-lik (mean, nats)": round(
+                        float(np.mean([r["key_loglik"] for r in rs])), 3
+                    ),
+                    "informative (dense >= 80%)": bool(informative),
+                }
+            )
+
     figs = _figures(ctx, records, fracs, layers)
+    if pk_recs:
+        figs.append(_passkey_figure(ctx, pk_recs))
     notes = [
-        f"Contexts of {lengths} tokens from the Wikipedia test split; the last {n_pos} positions of "
-        f"each are decode steps; layers {layers} (0-1 dense as in the paper).",
+        f"Recall: contexts of {lengths} tokens from the Wikipedia test split; the last {n_pos} "
+        f"positions of each are decode steps; layers {layers} (0-1 dense as in the paper).",
         "Budget per KV head k = max(floor(prefill*frac), 128), counting decode tokens, sinks and "
-        "BinaryPC's 10% error set; for short contexts 128 tokens exceed 2%, see the effective budget column.",
+        "BinaryPC's 10% error set; for short contexts 128 tokens exceed 2%, see the effective "
+        "budget column. MagicPIG (K=10, L=150, >=2 collisions, 4 sinks + 64-token window, "
+        "importance-weighted output) samples per query head and is thinned to k when its sample "
+        "is larger; 'attended' is what it really read.",
         f"Offline directions: greedy binary PCs of {n_calib} train-split tokens' keys per layer.",
-        "MagicPIG, perplexity under sparse decode and passkey retrieval are not measured yet.",
-        "Spread: 95% bootstrap CI over (context, layer, position) units, best baseline re-chosen per resample.",
+        f"Perplexity: {ppl_seqs} test sequences, {ppl_prefix}-token dense prefill then "
+        f"{ppl_tokens} decode steps with every query sparse (2% budget), one forward with a "
+        "per-query selection (sparse_replay, proven equal to step-by-step decode); CI: bootstrap "
+        "over tokens.",
+        f"Passkey: lengths {pk_lengths}, trials {pk_trials}, depths 0.1-0.9, greedy 8 tokens, "
+        "2% budget, one dense prefill shared by all methods (prime() = the patched prefill). "
+        + (
+            f"Dense SmolLM2 scores < 80% at {uninformative_lengths}: those lengths are "
+            "uninformative."
+            if uninformative_lengths
+            else "Dense >= 80% at every length."
+        ),
+        "Headline spread: 95% bootstrap CI over (context, layer, position) units, best baseline "
+        "re-chosen per resample.",
     ]
     return Result(
         rows=rows,
         headline=Measure(
-            "mass recall @2%: BinaryPC / best(SimHash, Quest)",
+            "mass recall @2%: BinaryPC / best(SimHash, MagicPIG, Quest)",
             value,
             "x",
             spread,
@@ -230,6 +365,33 @@ def run(ctx: RunContext) -> Result:
         notes=notes,
         figures=figs,
     )
+
+
+def _passkey_figure(ctx, recs):
+    plt = pyplot()
+    methods = list(dict.fromkeys(r["method"] for r in recs))
+    lengths = sorted({r["length"] for r in recs})
+    depths = sorted({r["depth"] for r in recs})
+    fig, axes = plt.subplots(1, len(methods), figsize=(2.6 * len(methods), 3), squeeze=False)
+    for ax, m in zip(axes[0], methods, strict=True):
+        grid = np.full((len(depths), len(lengths)), np.nan)
+        for i, d in enumerate(depths):
+            for j, L in enumerate(lengths):
+                xs = [
+                    r["exact"]
+                    for r in recs
+                    if r["method"] == m and r["depth"] == d and r["length"] == L
+                ]
+                if xs:
+                    grid[i, j] = np.mean(xs)
+        ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(lengths)), [str(L) for L in lengths], fontsize=7)
+        ax.set_yticks(range(len(depths)), [f"{d:.1f}" for d in depths], fontsize=7)
+        ax.set_title(m, fontsize=8)
+        ax.set_xlabel("context")
+    axes[0][0].set_ylabel("needle depth")
+    fig.suptitle("Passkey exact match (greedy, 2% budget)", fontsize=9)
+    return save_figure(fig, ctx.out_dir / "passkey_grid.png")
 
 
 def _figures(ctx, records, fracs, layers):

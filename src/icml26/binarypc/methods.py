@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import torch
 
 from icml26.binarypc.codes import binary_pcs, hash_keys, pack_signs, recon_error
-from icml26.binarypc.select import code_scores, lut_scores
+from icml26.binarypc.select import code_scores, lut_scores, work_dtype
 
 __all__ = ["METHODS", "BinaryPCConfig", "make_method", "metadata_bytes"]
 
-METHODS = ("bpc", "oracle", "simhash", "quest", "streaming")
+METHODS = ("bpc", "oracle", "simhash", "magicpig", "quest", "streaming")
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,11 @@ class BinaryPCConfig:
     to the worst-reconstructed keys (BinaryPC only). dense_layers: layer indices kept dense.
     min_context: contexts shorter than this stay dense. quantize: int8 query projection.
     directions: optional offline directions tensor (n_layers, Hkv, bits, D) instead of online ones.
-    page: Quest page size. sinks/window: StreamingLLM. seed: random directions / hyperplanes.
+    page: Quest page size. sinks: StreamingLLM and MagicPIG attention sinks. seed: random
+    directions / hyperplanes. lsh_k/lsh_l: MagicPIG bits per table / tables (K=10, L=150, its
+    defaults); min_collisions: a key is sampled when it collides with the query in at least this
+    many tables; window: MagicPIG's local window (64); center: subtract the prefill key mean
+    before hashing (attention is unchanged by it).
     """
 
     method: str = "bpc"
@@ -47,6 +51,11 @@ class BinaryPCConfig:
     page: int = 16
     sinks: int = 4
     seed: int = 0
+    lsh_k: int = 10
+    lsh_l: int = 150
+    min_collisions: int = 2
+    window: int = 64
+    center: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -67,6 +76,27 @@ class BinaryPCConfig:
             raise ValueError(f"dense_layers must be >= 0; got {self.dense_layers}")
         if self.page < 1 or self.sinks < 0 or self.min_context < 0:
             raise ValueError("page must be >= 1, sinks and min_context >= 0")
+        if not 1 <= self.lsh_k <= 30 or self.lsh_l < 1 or self.window < 0:
+            raise ValueError(
+                f"lsh_k must be in [1, 30], lsh_l >= 1, window >= 0; got lsh_k={self.lsh_k}, "
+                f"lsh_l={self.lsh_l}, window={self.window}"
+            )
+        if not 1 <= self.min_collisions <= self.lsh_l:
+            raise ValueError(
+                f"min_collisions must be in [1, lsh_l={self.lsh_l}]; got {self.min_collisions}"
+            )
+
+
+def _memo(meta: dict, q: torch.Tensor, fn):
+    """fn() once per query tensor when ``meta`` carries a "memo" dict (the claim scores the same
+    queries at several budgets); otherwise just fn()."""
+    memo = meta.get("memo")
+    if memo is None:
+        return fn()
+    key = ("scores", q.data_ptr(), tuple(q.shape))
+    if key not in memo:
+        memo[key] = fn()
+    return memo[key]
 
 
 class _BinaryPC:
@@ -74,18 +104,18 @@ class _BinaryPC:
         self.cfg = cfg
 
     def prepare(self, keys, generator, directions=None):
-        k32 = keys.to(torch.float32)
+        k32 = keys.to(work_dtype(keys))
         if directions is None:
             V = binary_pcs(k32, self.cfg.bits, self.cfg.iters, generator=generator)
         else:  # (Hkv, bits, D) offline
-            V = directions.to(device=keys.device, dtype=torch.float32).expand(
-                keys.shape[0], -1, -1, -1
-            )
+            V = directions.to(device=keys.device, dtype=k32.dtype).expand(keys.shape[0], -1, -1, -1)
         codes = hash_keys(k32, V)
         return {"V": V, "codes": codes, "err": recon_error(k32, codes, V)}
 
     def score(self, q, meta, k):
-        s = code_scores(q, meta["codes"], meta["V"], quantize=self.cfg.quantize)
+        s = _memo(
+            meta, q, lambda: code_scores(q, meta["codes"], meta["V"], quantize=self.cfg.quantize)
+        )
         n_err = min(int(round(self.cfg.err_ratio * k)), s.shape[-1])
         forced = None
         if n_err > 0:
@@ -104,11 +134,15 @@ class _Oracle:
         return {"keys": keys}
 
     def score(self, q, meta, k):
-        K = meta["keys"].to(torch.float32)
+        K = meta["keys"].to(work_dtype(q))
         B, Hq, D = q.shape
         Hkv = K.shape[1]
-        logits = torch.einsum("bhgd,bhld->bhgl", q.reshape(B, Hkv, Hq // Hkv, D).float(), K)
-        return logits.amax(2), None
+
+        def f():
+            qg = q.reshape(B, Hkv, Hq // Hkv, D).to(K.dtype)
+            return torch.einsum("bhgd,bhld->bhgl", qg, K).amax(2)
+
+        return _memo(meta, q, f), None
 
 
 class _SimHash:
@@ -122,15 +156,133 @@ class _SimHash:
         R = torch.randn((D, self.cfg.bits), generator=generator, dtype=torch.float32).to(
             keys.device
         )
-        codes = pack_signs(torch.where(keys.float() @ R >= 0, 1.0, -1.0))
+        codes = pack_signs(
+            torch.where(keys.to(work_dtype(keys)) @ R.to(work_dtype(keys)) >= 0, 1.0, -1.0)
+        )
         return {"R": R, "codes": codes}
 
     def score(self, q, meta, k):
         B, Hq, D = q.shape
         Hkv = meta["codes"].shape[1]
-        p = torch.where(q.float() @ meta["R"] >= 0, 1.0, -1.0)
-        s = lut_scores(p, meta["codes"])
-        return s.reshape(B, Hkv, Hq // Hkv, -1).amax(2), None
+
+        def f():
+            p = torch.where(q.to(work_dtype(q)) @ meta["R"].to(work_dtype(q)) >= 0, 1.0, -1.0)
+            return lut_scores(p, meta["codes"]).reshape(B, Hkv, Hq // Hkv, -1).amax(2)
+
+        return _memo(meta, q, f), None
+
+
+def _binom_tail(c: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    """P(X >= m) for X ~ Binomial(n, c), elementwise in float64."""
+    c = c.to(torch.float64).clamp(0.0, 1.0)
+    below = torch.zeros_like(c)
+    for j in range(m):
+        below = below + math.comb(n, j) * c**j * (1.0 - c) ** (n - j)
+    return (1.0 - below).clamp(0.0, 1.0)
+
+
+class _MagicPIG:
+    """MagicPIG (Chen et al., 2024): LSH *sampling* with an importance-weighted estimator.
+
+    ``lsh_l`` tables of ``lsh_k`` random-hyperplane bits hash the (centered) prefill keys and each
+    query head. A prefill key is sampled for a query head when it collides in at least
+    ``min_collisions`` tables; its sampling probability is the exact collision tail
+    P(Bin(L, (1 − θ/π)^K) ≥ m) with θ the angle between query and (centered) key. The first
+    ``sinks`` tokens, the last ``window`` tokens and every decode token are attended exactly;
+    the output is Σ w_i v_i / Σ w_i with w_i = exp(s_i) for those and exp(s_i)/p_i for sampled
+    keys. Selection is per *query head* (the KV head gathers the union). Budget: if dense +
+    sampled tokens exceed ``k`` for a query head, the sample is thinned uniformly at random to fit
+    (the thinning rate multiplies p_i, so the estimator keeps its form); the realized budget is
+    what was attended. Thinning draws are seeded by (seed, query position), so a batched replay
+    equals step-by-step decode.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def prepare(self, keys, generator, directions=None):
+        B, H, P, D = keys.shape
+        K, Lt = self.cfg.lsh_k, self.cfg.lsh_l
+        R = torch.randn((D, Lt * K), generator=generator, dtype=torch.float32).to(keys.device)
+        k = keys.to(work_dtype(keys))
+        R = R.to(k.dtype)
+        mu = k.mean(2, keepdim=True) if self.cfg.center else torch.zeros_like(k[:, :, :1])
+        kc = k - mu
+        return {"R": R, "mu": mu, "codes": self._hash(kc, R), "kc": kc, "P": P}
+
+    def _hash(self, x, R):
+        K, Lt = self.cfg.lsh_k, self.cfg.lsh_l
+        bits = (x @ R >= 0).to(torch.int32).reshape(*x.shape[:-1], Lt, K)
+        return (bits << torch.arange(K, dtype=torch.int32, device=x.device)).sum(-1)
+
+    def attend(self, q, keys, values, meta, k, scaling, allowed=None, positions=None):
+        """q (B, Hq, D); keys/values (B, Hkv, L, D) with the first P prefill tokens hashed in
+        ``meta``. ``positions`` (B,) is each query's position (default L − 1). Returns the
+        output (B, Hq, D) and the attended set (B, Hq, L) bool."""
+        cfg = self.cfg
+        B, Hq, D = q.shape
+        Hkv, L = keys.shape[1], keys.shape[2]
+        G, P = Hq // Hkv, meta["P"]
+        if positions is None:
+            positions = torch.full((B,), L - 1, dtype=torch.long)
+        pos = torch.arange(L)
+        vis = pos[None, :] <= positions[:, None]  # (B, L) causal
+        if allowed is not None:
+            vis = vis & allowed
+        dense = (pos[None, :] < cfg.sinks) | (pos[None, :] > positions[:, None] - cfg.window)
+        dense = dense | (pos[None, :] >= P)
+        dense = (dense & vis)[:, None, :].expand(B, Hq, L)
+        qf = q.to(work_dtype(q))
+        qcodes = self._hash(qf, meta["R"])  # (B, Hq, Lt)
+        kcodes = meta["codes"]  # (B', Hkv, P, Lt) with B' in {1, B}
+        kc = meta["kc"]
+        out = torch.empty((B, Hq, D), dtype=qf.dtype)
+        sel = torch.zeros((B, Hq, L), dtype=torch.bool)
+        memo = meta.get("memo")  # optional dict: reuse collisions across budgets (claim)
+        for b in range(B):
+            bk = b if kcodes.shape[0] > 1 else 0
+            key = (b, int(positions[b]))
+            if memo is not None and key in memo:
+                hits, prob = memo[key]
+            else:
+                kcg = kcodes[bk].repeat_interleave(G, 0)  # (Hq, P, Lt)
+                hits = (kcg == qcodes[b][:, None, :]).sum(-1)  # (Hq, P)
+                kcb = kc[bk].repeat_interleave(G, 0)  # (Hq, P, D)
+                cos = torch.einsum("hd,hpd->hp", qf[b], kcb) / (
+                    qf[b].norm(dim=-1, keepdim=True) * kcb.norm(dim=-1)
+                ).clamp_min(1e-30)
+                u = 1.0 - torch.arccos(cos.clamp(-1.0, 1.0).double()) / math.pi
+                prob = _binom_tail(u**cfg.lsh_k, cfg.lsh_l, cfg.min_collisions)
+                if memo is not None:
+                    memo[key] = (hits, prob)
+            cand = (hits >= cfg.min_collisions) & ~dense[b, :, :P] & vis[b, None, :P]
+            n_dense = dense[b].sum(-1)  # (Hq,)
+            room = (k - n_dense).clamp_min(0)
+            n_cand = cand.sum(-1)
+            over = n_cand > room
+            if bool(over.any()):
+                g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + int(positions[b]))
+                r = torch.rand((Hq, P), generator=g, dtype=torch.float64)
+                r = torch.where(cand, r, torch.full_like(r, 2.0))
+                rank = r.argsort(-1).argsort(-1)
+                keep = cand & (rank < room[:, None])
+                rate = torch.where(over, room / n_cand.clamp_min(1), torch.ones_like(room)).double()
+                cand = torch.where(over[:, None], keep, cand)
+                prob = prob * rate[:, None]
+            s_all = sel[b]
+            s_all[:, :P] = cand
+            s_all |= dense[b]
+            ks = keys[b].to(qf.dtype).repeat_interleave(G, 0)  # (Hq, L, D)
+            logits = torch.einsum("hd,hld->hl", qf[b], ks).double() * scaling
+            logw = torch.full_like(logits, -math.inf)
+            logw[:, :P] = torch.where(
+                cand, logits[:, :P] - prob.clamp_min(1e-300).log(), logw[:, :P]
+            )
+            logw = torch.where(dense[b], logits, logw)
+            w = torch.softmax(logw, -1).to(qf.dtype)
+            vv = values[b].to(qf.dtype).repeat_interleave(G, 0)
+            out[b] = torch.einsum("hl,hld->hd", w, vv)
+        return out.to(q.dtype), sel
 
 
 class _Quest:
@@ -145,7 +297,7 @@ class _Quest:
         pg = self.cfg.page
         n = math.ceil(P / pg)
         pad = n * pg - P
-        k = keys.float()
+        k = keys.to(work_dtype(keys))
         lo = (
             torch.nn.functional.pad(k, (0, 0, 0, pad), value=math.inf)
             .reshape(B, H, n, pg, D)
@@ -161,11 +313,11 @@ class _Quest:
     def score(self, q, meta, k):
         B, Hq, D = q.shape
         Hkv = meta["lo"].shape[1]
-        qg = q.reshape(B, Hkv, Hq // Hkv, 1, D).float()
+        qg = q.reshape(B, Hkv, Hq // Hkv, 1, D).to(meta["lo"].dtype)
         ub = torch.maximum(qg * meta["lo"][:, :, None], qg * meta["hi"][:, :, None]).sum(-1)
         ps = ub.amax(2)  # (B, Hkv, n)
         s = ps.repeat_interleave(self.cfg.page, dim=-1)[..., : meta["P"]]
-        # within a page prefer later tokens so partial pages are filled contiguously
+        # ties within a page are broken towards later tokens by select_tokens
         return s, None
 
 
@@ -193,6 +345,7 @@ def make_method(cfg: BinaryPCConfig):
         "bpc": _BinaryPC,
         "oracle": _Oracle,
         "simhash": _SimHash,
+        "magicpig": _MagicPIG,
         "quest": _Quest,
         "streaming": _Streaming,
     }[cfg.method](cfg)
@@ -203,6 +356,7 @@ def metadata_bytes(cfg: BinaryPCConfig, head_dim: int, key_bytes: int = 2) -> fl
     return {
         "bpc": math.ceil(cfg.bits / 8) + 0.0,
         "simhash": math.ceil(cfg.bits / 8) + 0.0,
+        "magicpig": cfg.lsh_k * cfg.lsh_l / 8,
         "quest": 2 * head_dim * key_bytes / cfg.page,
         "oracle": head_dim * key_bytes + 0.0,
         "streaming": 0.0,

@@ -20,6 +20,9 @@ __all__ = [
     "apply_binarypc",
     "remove_binarypc",
     "sparse_decode",
+    "sparse_replay",
+    "prime",
+    "expand_meta",
     "capture_qkv",
     "calibrate",
     "load_directions",
@@ -60,9 +63,18 @@ def _allowed(mask, kv_len: int):
     return m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
 
 
-def sparse_decode(method, meta, P: int, q, keys, values, scaling: float, k: int, allowed=None):
+def sparse_decode(
+    method, meta, P: int, q, keys, values, scaling: float, k: int, allowed=None, positions=None
+):
     """One decode step for one layer. q (B, Hq, D); keys/values (B, Hkv, L, D) with the first P
-    scored by ``meta``. Returns (output (B, Hq, D), selected indices (B, Hkv, k))."""
+    scored by ``meta``; ``positions`` (B,) the query positions (default L − 1; a replay passes
+    them with ``allowed`` masking later tokens). Returns (output (B, Hq, D), selection): the
+    selected indices (B, Hkv, k) for score-and-select methods, or a (B, Hq, L) bool mask of the
+    attended set for sampling methods (MagicPIG)."""
+    if hasattr(method, "attend"):
+        return method.attend(
+            q, keys, values, meta, k, scaling, allowed=allowed, positions=positions
+        )
     scores, forced = method.score(q, meta, k)
     idx = select_tokens(scores, k, keys.shape[2], forced=forced, allowed=allowed)
     return sparse_attention(q, keys, values, idx, scaling, allowed=allowed), idx
@@ -83,6 +95,8 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     cfg: BinaryPCConfig = st["cfg"]
     q_len, L = query.shape[2], key.shape[2]
     dense_layer = module.layer_idx in cfg.dense_layers
+    if q_len > 1 and st.get("replay_P") is not None:
+        return _replay(module, st, query, key, value, attention_mask, scaling, dropout, **kwargs)
     if q_len > 1:
         st["meta"], st["P"] = None, L
         if not dense_layer:
@@ -113,10 +127,129 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     return out.unsqueeze(1), None  # (B, 1, Hq, D)
 
 
+def expand_meta(meta: dict, B: int) -> dict:
+    """Broadcast per-request metadata of batch 1 to B rows (views, no copies)."""
+    return {
+        k: (v.expand(B, *v.shape[1:]) if torch.is_tensor(v) and v.dim() >= 3 else v)
+        for k, v in meta.items()
+    }
+
+
+def _replay(module, st, query, key, value, attention_mask, scaling, dropout, **kwargs):
+    """One forward over prefix + continuation: rows < P are the dense prefill; every row t >= P
+    attends over the selection the decode step at position t would make (same budget, same
+    dense fallbacks, decode tokens P..t kept, later tokens masked)."""
+    cfg: BinaryPCConfig = st["cfg"]
+    P = st["replay_P"]
+    B, Hq, T, D = query.shape
+    L = key.shape[2]
+    if B != 1 or L - T > P:
+        raise ValueError("sparse_replay needs batch 1 and a past cache no longer than the prefix")
+    off = L - T  # query row i is position off + i
+    out, w = _sdpa()(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+    )
+    if module.layer_idx in cfg.dense_layers:
+        return out, w
+    d = st["directions"]
+    meta = st["method"].prepare(
+        key[:, :, :P], st["gen"], None if d is None else d[module.layer_idx]
+    )
+    scaling = module.scaling if scaling is None else scaling
+    out = out.clone()
+    groups: dict[int, list[int]] = {}
+    for t in range(P, L):
+        k = budget(t + 1, cfg.mask_out, cfg.min_remain, cfg.token_budget)
+        if cfg.min_context > t + 1 or k >= t + 1:
+            continue  # the decode step is dense there: keep the SDPA row
+        groups.setdefault(k, []).append(t)
+    pos = torch.arange(L, device=key.device)
+    for k, rows in groups.items():
+        for c in range(0, len(rows), st.get("replay_chunk", 32)):
+            r = torch.tensor(rows[c : c + st.get("replay_chunk", 32)], device=key.device)
+            n = r.numel()
+            qs = query[0, :, r - off].transpose(0, 1)  # (n, Hq, D)
+            allowed = pos[None, :] <= r[:, None]
+            o, _ = sparse_decode(
+                st["method"],
+                expand_meta(meta, n),
+                P,
+                qs,
+                key.expand(n, -1, -1, -1),
+                value.expand(n, -1, -1, -1),
+                scaling,
+                k,
+                allowed=allowed,
+                positions=r,
+            )
+            out[0, r - off] = o.to(out.dtype)
+    return out, None
+
+
+@torch.no_grad()
+def sparse_replay(model, input_ids: torch.Tensor, prefix_len: int, chunk: int = 32, past=None):
+    """Logits (1, T, vocab) of ``input_ids`` (1, T) in one forward, as a model patched with
+    :func:`apply_binarypc` would compute them by prefilling the first ``prefix_len`` tokens
+    densely and then decoding the rest one token at a time (teacher-forced): every continuation
+    query attends over its own per-query selection. Proven equal to step-by-step decode in
+    tests/binarypc/test_binarypc_patch.py.
+
+    past: optional HF cache of a dense forward over the first ``past.get_seq_length() <=
+    prefix_len`` tokens; ``input_ids`` then continue it (only those rows are computed) and the
+    cache is cropped back afterwards, so one dense prefill serves every method."""
+    mods = attention_layers(model)
+    if not all(hasattr(m, "_bpc_state") for m in mods):
+        raise ValueError("sparse_replay needs a model patched with apply_binarypc")
+    n_past = 0 if past is None else past.get_seq_length()
+    T = input_ids.shape[-1] + n_past
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or not n_past <= prefix_len < T:
+        raise ValueError(
+            f"sparse_replay needs input_ids (1, T), past length <= prefix_len < total length; "
+            f"got shape {tuple(input_ids.shape)}, past {n_past}, prefix_len {prefix_len}"
+        )
+    max_pos = getattr(model.config, "max_position_embeddings", None)
+    if max_pos is not None and max_pos < T:
+        raise ValueError(f"context of {T} tokens exceeds max_position_embeddings = {max_pos}")
+    for m in mods:
+        m._bpc_state["replay_P"] = int(prefix_len)
+        m._bpc_state["replay_chunk"] = int(chunk)
+    try:
+        if past is None:
+            return model(input_ids=input_ids.to(model.device), use_cache=False).logits
+        return model(input_ids=input_ids.to(model.device), cache=past, use_cache=True).logits
+    finally:
+        for m in mods:
+            m._bpc_state["replay_P"] = None
+        if past is not None and past.get_seq_length() > n_past:
+            past.crop(n_past - past.get_seq_length())  # negative: tokens to drop
+
+
+@torch.no_grad()
+def prime(model, past) -> None:
+    """Give a patched model the per-request metadata its own prefill would have built, from the
+    keys of ``past`` (a dense prefill's cache), so decoding can continue sparsely without a second
+    prefill. Same generator draws, layer by layer, as the patched prefill."""
+    for m in attention_layers(model):
+        st = m._bpc_state
+        keys = past.layers[m.layer_idx].keys
+        st["P"] = keys.shape[2]
+        st["meta"] = None
+        if m.layer_idx not in st["cfg"].dense_layers:
+            d = st["directions"]
+            st["meta"] = st["method"].prepare(
+                keys, st["gen"], None if d is None else d[m.layer_idx]
+            )
+
+
 def _register(name, fn) -> None:
+    """Register ``fn`` as attention ``name``, with SDPA's mask builder: transformers builds no
+    mask at all for an attention name it has no mask function for (padding and cached
+    multi-token forwards would then be wrong)."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     AttentionInterface.register(name, fn)
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
 
 
 def apply_binarypc(

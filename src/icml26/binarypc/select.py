@@ -11,6 +11,7 @@ import math
 import torch
 
 __all__ = [
+    "work_dtype",
     "byte_table",
     "lut_scores",
     "code_scores",
@@ -19,6 +20,11 @@ __all__ = [
     "sparse_attention",
     "dense_attention",
 ]
+
+
+def work_dtype(x: torch.Tensor) -> torch.dtype:
+    """float64 for float64 inputs (exact replays in tests), else float32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def byte_table(p: torch.Tensor) -> torch.Tensor:
@@ -38,19 +44,29 @@ def byte_table(p: torch.Tensor) -> torch.Tensor:
 def lut_scores(p: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """Σ_b p_b·sign_b(code) for every code, via the byte table (no ±1 matrices).
 
-    p: (B, Hq, bits); codes: (B, Hkv, L) int64. Returns (B, Hq, L) in p's dtype.
+    p: (B, Hq, bits); codes: (B, Hkv, L) int64 (B may be 1 and broadcast). Returns (B, Hq, L)
+    in p's dtype. The 8 bytes of each code are read as a little-endian uint8 view and looked up
+    in each query head's table; a GQA group shares the lookups of its KV head.
     """
     B, Hq, bits = p.shape
     Hkv, L = codes.shape[1], codes.shape[2]
     G = Hq // Hkv
     table = byte_table(p)  # (B, Hq, nb, 256)
     nb = table.shape[-2]
-    shifts = 8 * torch.arange(nb, device=codes.device, dtype=torch.int64)
-    bytes_ = (codes.unsqueeze(-1) >> shifts) & 0xFF  # (B, Hkv, L, nb)
-    idx = bytes_ + 256 * torch.arange(nb, device=codes.device)
-    idx = idx.repeat_interleave(G, dim=1).reshape(B, Hq, L * nb)
-    vals = torch.gather(table.reshape(B, Hq, nb * 256), 2, idx)
-    return vals.reshape(B, Hq, L, nb).sum(-1)
+    Bc = codes.shape[0]
+    raw = codes[:1] if Bc > 1 and codes.stride(0) == 0 else codes  # an expanded batch: once
+    by = raw.contiguous().view(torch.uint8).reshape(raw.shape[0], Hkv, L, 8)
+    if not _LITTLE:
+        by = by.flip(-1)
+    idx = by[..., :nb].to(torch.int32) + 256 * torch.arange(nb, dtype=torch.int32, device=p.device)
+    # rows of (B·Hkv·nb·256, G): query heads of a group side by side
+    t = table.reshape(B, Hkv, G, nb * 256).transpose(-1, -2).reshape(B * Hkv * nb * 256, G)
+    off = nb * 256 * torch.arange(B * Hkv, dtype=torch.int32, device=p.device).reshape(B, Hkv)
+    vals = torch.nn.functional.embedding(idx + off[..., None, None], t)  # (B, Hkv, L, nb, G)
+    return vals.sum(-2).transpose(-1, -2).reshape(B, Hq, L)
+
+
+_LITTLE = __import__("sys").byteorder == "little"
 
 
 def code_scores(
@@ -65,8 +81,9 @@ def code_scores(
     B, Hq, D = q.shape
     Hkv = codes.shape[1]
     G = Hq // Hkv
-    Vq = V.repeat_interleave(G, dim=1).to(torch.float32)  # (B, Hq, bits, D)
-    p = torch.einsum("bhd,bhkd->bhk", q.to(torch.float32), Vq)
+    wd = work_dtype(q)
+    Vq = V.repeat_interleave(G, dim=1).to(wd)  # (B, Hq, bits, D)
+    p = torch.einsum("bhd,bhkd->bhk", q.to(wd), Vq)
     if quantize:
         scale = p.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 127.0
         p = torch.round(p / scale).clamp(-127, 127) * scale
@@ -99,7 +116,8 @@ def select_tokens(
 
     scores: (B, Hkv, P) for the first P scored tokens. Tokens P..n_total−1 (decoded after prefill)
     are always kept; ``forced`` (B, Hkv, P) bool marks scored tokens always kept (error set,
-    sinks). ``allowed`` (B, n_total) bool masks out padding. Everything kept counts toward ``k``;
+    sinks). ``allowed`` (B, n_total) bool masks out padding (and future tokens in a replay).
+    Equal scores are broken towards later tokens. Everything kept counts toward ``k``;
     the remaining slots go to the highest scores. If forced tokens exceed ``k`` the latest
     decode tokens and then the first forced ones win.
     """
@@ -108,7 +126,11 @@ def select_tokens(
     big = 1e300
     pri = torch.empty((B, Hkv, n_total), device=scores.device, dtype=torch.float64)
     s = scores.to(torch.float64).nan_to_num(nan=-big)
-    pri[..., :P] = s.clamp(-1e299, 1e299)
+    s = s.clamp(-1e299, 1e299)
+    # deterministic ties (equal codes, Quest pages): later tokens win, by a negligible offset
+    a = s.abs()
+    eps = 1e-12 * (1.0 + float(a.masked_fill(a > 1e290, 0.0).amax())) if s.numel() else 0.0
+    pri[..., :P] = s + eps * torch.arange(P, device=s.device, dtype=torch.float64)
     if forced is not None:
         pri[..., :P] = torch.where(forced, torch.full_like(s, big), pri[..., :P])
     if n_total > P:
@@ -134,9 +156,10 @@ def sparse_attention(
     Hkv = keys.shape[1]
     G = Hq // Hkv
     gi = idx.unsqueeze(-1).expand(-1, -1, -1, D)
-    ks = torch.gather(keys, 2, gi).to(torch.float32)
-    vs = torch.gather(values, 2, gi).to(torch.float32)
-    qg = q.reshape(B, Hkv, G, D).to(torch.float32)
+    wd = work_dtype(q)
+    ks = torch.gather(keys, 2, gi).to(wd)
+    vs = torch.gather(values, 2, gi).to(wd)
+    qg = q.reshape(B, Hkv, G, D).to(wd)
     logits = torch.einsum("bhgd,bhkd->bhgk", qg, ks) * scaling
     if allowed is not None:
         ok = torch.gather(allowed[:, None, :].expand(-1, Hkv, -1), 2, idx)
