@@ -6,7 +6,9 @@ Run: ``.venv/bin/python benchmarks/cyberpal.py [--model smollm2] [--steps 4] [--
 - records/s of each data stage on the CWE observed examples (50 CWEs, the training CVEs):
   tasks, MiniLM grounding, template writer, verifier, dedup + decontamination;
 - SFT tokens/s of MODEL on template-grounded chats (batch 8, assistant-token loss), bf16
-  autocast vs fp32 (issue target: >= 2x on CPUs with AVX-512-BF16);
+  autocast vs fp32 (issue target: >= 2x on CPUs with AVX-512-BF16); ``--sft-only`` runs just
+  this, interleaving the two step by step on the same batches and timing CPU seconds, which a
+  loaded machine does not distort the way it distorts wall time;
 - CVE -> CWE evaluation cost per CVE: greedy generation vs log-prob ranking of 50 labels.
 
 Prints markdown rows for benchmarks/RESULTS.md and saves a PNG to ``--plot``
@@ -78,6 +80,60 @@ def sft_speed(model_name: str, recs: list[dict], steps: int, device: str) -> lis
     return rows, base, tok
 
 
+def sft_side_by_side(model_name: str, recs: list[dict], steps: int, device: str,
+                     batch: int = 8) -> list[dict]:
+    """bf16 autocast vs fp32 SFT forward + backward, *interleaved* on the same batches and the
+    same weights (ABAB, the order swapped every step), so a changing machine load hits both
+    alike. One model copy, gradients zeroed after each pass and no optimizer step: the AdamW
+    update is fp32 either way and would only add a constant (and two AdamW states did not fit
+    the shared machine's memory). Reports tokens per CPU second (``time.process_time``; with
+    one thread, the pass's own CPU, insensitive to other processes) and per wall second:
+    medians over steps after one warm-up step each."""
+    import statistics
+
+    from icml26.core.lm import load_lm
+    from icml26.cyberpal.train import _loss, encode_chat
+
+    model, tok = load_lm(model_name, dtype=torch.float32, device=device)
+    model.train()
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    enc = [encode_chat(tok, r["messages"]) for r in recs[: batch * (steps + 1)]]
+    names = ("bf16 autocast", "fp32")
+    cpu = {k: [] for k in names}
+    wall = {k: [] for k in names}
+    for step in range(steps + 1):
+        chunk = enc[step * batch : (step + 1) * batch]
+        width = max(len(i) for i, _ in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        trained = torch.zeros_like(ids, dtype=torch.bool)
+        for b, (x, mk) in enumerate(chunk):
+            ids[b, : len(x)], attn[b, : len(x)] = torch.tensor(x), 1
+            trained[b, : len(x)] = torch.tensor(mk)
+        n_tok = int(attn.sum())
+        for name in (names if step % 2 == 0 else names[::-1]):
+            c0, w0 = time.process_time(), time.perf_counter()
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
+                                enabled=name.startswith("bf16")):
+                loss = _loss(model, ids.to(device), attn.to(device), trained.to(device))
+            loss.backward()
+            c1, w1 = time.process_time(), time.perf_counter()
+            model.zero_grad(set_to_none=True)
+            if step:  # step 0 warms up (bf16 kernels, allocator)
+                cpu[name].append(n_tok / (c1 - c0))
+                wall[name].append(n_tok / (w1 - w0))
+    rows = []
+    for name in names:
+        rows.append({"stage": f"SFT fwd+bwd tokens/CPU-s, {name} (median of {steps} "
+                              f"interleaved steps)", "value": round(statistics.median(cpu[name]), 1)})
+        rows.append({"stage": f"SFT fwd+bwd tokens/wall-s, {name}",
+                     "value": round(statistics.median(wall[name]), 1)})
+    ratio = [x / y for x, y in zip(cpu["bf16 autocast"], cpu["fp32"], strict=True)]
+    rows.append({"stage": "SFT speed-up bf16 / fp32, per CPU-s (median; min-max over steps)",
+                 "value": f"{statistics.median(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f})"})
+    return rows
+
+
 def eval_speed(model, tok, recs, labels, n: int) -> list[dict]:
     m = copy.deepcopy(model).to(torch.bfloat16)
     chats = [r["messages"][:2] for r in recs[:n]]
@@ -94,7 +150,23 @@ def main() -> None:
     ap.add_argument("--n-eval", type=int, default=8)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--plot", default="results/benchmarks/cyberpal.png")
+    ap.add_argument("--sft-only", action="store_true",
+                    help="Only the interleaved bf16-vs-fp32 SFT measurement (CPU time).")
+    ap.add_argument("--batch", type=int, default=8)
     a = ap.parse_args()
+    if a.sft_only:
+        cwe, attack = load_cwe(), load_attack()
+        sp = make_splits(cve_cwe_pairs(cwe), SplitConfig())
+        tasks = enrich.cve2cwe_tasks(sp.train[: a.batch * (a.steps + 1)], sp.labels)
+        recs = enrich.write_template(enrich.ground(tasks, cwe, attack, enrich.CweRetriever(
+            cwe, sp.labels)), default_formats())
+        rows = sft_side_by_side(a.model, recs, a.steps, a.device, a.batch)
+        print(f"threads: {torch.get_num_threads()}, device {a.device}, model {a.model}, "
+              f"batch {a.batch}\n")
+        print("| measure | value |\n|---|---|")
+        for r in rows:
+            print(f"| {r['stage']} | {r['value']} |")
+        return
     rows, recs = stages()
     srows, model, tok = sft_speed(a.model, recs, a.steps, a.device)
     cwe = load_cwe()

@@ -3,12 +3,15 @@ data from the MITRE catalogues, SFT of any HF causal LM, CVE -> CWE and catalogu
 """
 
 from icml26.cyberpal.catalog import cve_cwe_pairs, load_attack, load_cwe, mask_cwe_ids
+from icml26.cyberpal.ctibench import read_cti_mcq, read_rcm
 from icml26.cyberpal.evaluate import build_mcq, parse_cwe, rank_labels, score_cwe
 from icml26.cyberpal.formats import Format, default_formats, load_formats
-from icml26.cyberpal.pipeline import BuildConfig, build
+from icml26.cyberpal.pipeline import BuildConfig, build, load_records, record_splits
+from icml26.cyberpal.propose import choose_format
 from icml26.cyberpal.train import SFTConfig, sft
 from icml26.cyberpal.verify import verify_trace
 
 __all__ = ["load_cwe", "load_attack", "cve_cwe_pairs", "mask_cwe_ids", "Format",
            "default_formats", "load_formats", "BuildConfig", "build", "verify_trace",
-           "SFTConfig", "sft", "parse_cwe", "score_cwe", "rank_labels", "build_mcq"]
+           "SFTConfig", "sft", "parse_cwe", "score_cwe", "rank_labels", "build_mcq",
+           "load_records", "record_splits", "choose_format", "read_rcm", "read_cti_mcq"]

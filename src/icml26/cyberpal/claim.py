@@ -9,7 +9,11 @@ averaged over seeds; ratio of sums + 0.5 each), with a paired bootstrap 95% CI o
 
 Options (``--opt key=value``): ``model`` (HF folder / .gguf; default packaged SmolLM2, tiny:
 a from-scratch tiny_llama), ``dtype`` (weights; default fp32 with bf16 autocast for training,
-bf16 for evaluation), ``seeds`` (e.g. ``0,1``), ``n_cwes``, ``epochs``, ``lr``, ``train_cap``.
+bf16 for evaluation), ``seeds`` (e.g. ``0,1``), ``n_cwes``, ``epochs``, ``lr``, ``train_cap``,
+``n_rank``, ``n_mcq``, ``gen_bs``. ``units=A/0,base/0shot`` computes only those memo units (a
+worker: several processes with the same options and their own ``--out`` can split the arms);
+``merge=DIR1,DIR2`` copies the finished units of such workers (same configuration) into this
+run's memo first, so a run without ``units`` only scores what the workers computed.
 """
 
 from __future__ import annotations
@@ -40,13 +44,14 @@ def _sizes(ctx: RunContext) -> dict:
     base = ctx.pick(
         tiny=dict(n_cwes=10, n_id_test=12, n_ood=16, train_cap=20, epochs=2, batch=1, lr=3e-3,
                   seeds="0", max_new=(16, 48), n_rank=4, n_mcq=8, n_lm=2, gen_bs=64),
-        small=dict(n_cwes=10, n_id_test=30, train_cap=64, epochs=1, batch=4, lr=1e-4,
-                   seeds="0,1", max_new=(32, 84), n_rank=10, n_mcq=16, n_lm=8, gen_bs=48),
+        small=dict(n_cwes=50, n_id_test=150, train_cap=100, epochs=1, batch=4, lr=1e-4,
+                   seeds="0", max_new=(32, 84), n_rank=3, n_mcq=24, n_lm=8, gen_bs=48),
         full=dict(n_cwes=50, n_id_test=150, train_cap=100_000, epochs=2, batch=8, lr=2e-5,
                   seeds="0,1,2", max_new=(48, 160), n_rank=150, n_mcq=400, n_lm=100_000,
                   gen_bs=32),
     )
-    for k in ("n_cwes", "n_id_test", "n_ood", "train_cap", "epochs", "batch", "n_mcq", "n_lm"):
+    for k in ("n_cwes", "n_id_test", "n_ood", "train_cap", "epochs", "batch", "n_mcq", "n_lm",
+              "n_rank", "gen_bs"):
         if k in o:
             base[k] = int(o[k])
     if "lr" in o:
@@ -111,6 +116,10 @@ def run(ctx: RunContext) -> Result:
     memo = Memo(ctx.out_dir / "memo.json", config={**{k: v for k, v in S.items() if k != "seeds"},
                                                    "scale": ctx.scale, "model": label,
                                                    "n_train": len(b_recs)})
+    merged = merge_memos(memo, [d for d in str(ctx.options.get("merge", "")).split(",") if d],
+                         ctx.scale)
+    if merged:
+        ctx.progress.log(f"merged {merged} unit(s) from worker memos")
 
     def evaluate(m, system, max_new, shots=()):
         em = copy.deepcopy(m).to(eval_dtype) if eval_dtype != torch.float32 else m
@@ -122,17 +131,24 @@ def run(ctx: RunContext) -> Result:
             out[k] = texts
         return out
 
+    only = {u for u in str(ctx.options.get("units", "")).split(",") if u}
+    compute = memo.compute if not only else (
+        lambda key, fn: memo.compute(key, fn) if key in only else None)
+
     # --- arm C: the base LM writes traces from the same facts; kept only where verified
     t0 = time.perf_counter()
     n_lm = min(S["n_lm"], len(tasks))
-    replies = generate(copy.deepcopy(model).to(eval_dtype), tok,
-                       enrich.lm_prompts(tasks[:n_lm], formats), max_new_tokens=S["max_new"][1],
-                       batch_size=S["gen_bs"], progress=ctx.progress)
+    replies = compute("C/replies", lambda: generate(
+        copy.deepcopy(model).to(eval_dtype), tok, enrich.lm_prompts(tasks[:n_lm], formats),
+        max_new_tokens=S["max_new"][1], batch_size=S["gen_bs"], progress=ctx.progress))
+    c_min_keep = float(ctx.options.get("c_min_keep", 0.3))
+    if replies is None:  # a worker run that does not compute C: C is not trained there
+        replies, c_min_keep = [""] * n_lm, 2.0
     c_kept, _, c_report = enrich.verify_records(
         enrich.records_from_replies(tasks[:n_lm], formats, replies), formats, cwe, attack)
     c_share = c_report.to_dict()["kept_share"]
     lm_s = time.perf_counter() - t0
-    arm_c = c_share >= float(ctx.options.get("c_min_keep", 0.3))
+    arm_c = c_share >= c_min_keep
 
     systems = {"A": (a_recs, PLAIN_SYSTEM, S["max_new"][0]),
                "B": (b_recs, fmt.system, S["max_new"][1])}
@@ -161,15 +177,23 @@ def run(ctx: RunContext) -> Result:
     results = {}
     for seed in S["seeds"]:
         for arm in systems:
-            results[(arm, seed)] = memo.compute(f"{arm}/{seed}", lambda a=arm, s=seed: unit(a, s))
+            results[(arm, seed)] = compute(f"{arm}/{seed}", lambda a=arm, s=seed: unit(a, s))
     shots = [(r["messages"][1]["content"], r["messages"][2]["content"]) for r in a_recs[:3]]
-    base0 = memo.compute("base/0shot", lambda: {
+    base0 = compute("base/0shot", lambda: {
         "texts": evaluate(model, PLAIN_SYSTEM, S["max_new"][0]),
         "rank": _rank(copy.deepcopy(model).to(eval_dtype), tok, PLAIN_SYSTEM,
                       prompts["ood"][: S["n_rank"]], splits.labels, cwe),
         "mcq": _mcq(copy.deepcopy(model).to(eval_dtype), tok, cwe, attack, S["n_mcq"])})
-    base3 = memo.compute("base/3shot", lambda: {
+    base3 = compute("base/3shot", lambda: {
         "texts": evaluate(model, PLAIN_SYSTEM, S["max_new"][0], shots)})
+    if only:
+        from icml26.core.claims import Measure
+
+        done = sorted(k for k in only if k in memo)
+        return Result(rows=[{"units done": ", ".join(done)}], target=TARGET,
+                      headline=Measure("OOD CVE->CWE any-gold accuracy, B / A", float("nan")),
+                      uninformative=f"worker run (units={','.join(sorted(only))}): rerun "
+                                    "without units to score")
     nn = {k: retr.top_k(prompts[k], 1) for k in test}
 
     # --- scoring
@@ -180,6 +204,35 @@ def run(ctx: RunContext) -> Result:
                         b_report=b_report, c_report=c_report, c_share=c_share, arm_c=arm_c,
                         decon=decon, n_b=len(b_recs), data_s=data_s, lm_s=lm_s,
                         total_s=time.perf_counter() - t_start, target=TARGET)
+
+
+def merge_memos(memo: Memo, sources: list[str], scale: str) -> int:
+    """Copy finished units from other runs' memos (an ``--out`` folder, or a memo.json) into
+    ``memo`` when their config is identical; returns how many units were added. A source with a
+    different config (other sizes, model, code-relevant options) is refused."""
+    import json
+    from pathlib import Path
+
+    from icml26.core.errors import UserError
+
+    added = 0
+    for src in sources:
+        p = Path(src)
+        if p.is_dir():
+            p = p / "cyberpal" / scale / "memo.json"
+        try:
+            stored = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"merge: cannot read worker memo {p}: {exc}") from None
+        if stored.get("config") != memo.config:
+            diff = sorted(k for k in set(memo.config) | set(stored.get("config") or {})
+                          if memo.config.get(k) != (stored.get("config") or {}).get(k))
+            raise UserError(f"merge: {p} was run with a different configuration ({diff})")
+        for key, value in (stored.get("units") or {}).items():
+            if key not in memo:
+                memo.put(key, value)
+                added += 1
+    return added
 
 
 def _rank(model, tok, system, prompts, labels, cwe) -> dict:

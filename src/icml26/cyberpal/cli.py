@@ -30,6 +30,21 @@ def build_cmd(
     plain: Annotated[bool, typer.Option(help="Also write the terse-answer twin records.")] = False,
     work_dir: Annotated[Path | None, typer.Option(help="Stage files (resume); default OUT.work")]
         = None,
+    ood_field: Annotated[str | None, typer.Option(help="With --records: hold out records OOD "
+                                                  "by this column (vendor, product, ...); train "
+                                                  "on the rest's train split.")] = None,
+    ood_values: Annotated[str | None, typer.Option(help="Comma list of --ood-field values that "
+                                                   "are OOD (default: the rarest values, "
+                                                   "--ood-share of the records).")] = None,
+    ood_share: Annotated[float, typer.Option(help="OOD share when --ood-values is not given.")]
+        = 0.2,
+    id_test: Annotated[float, typer.Option(help="ID test records held out: a count, or a share "
+                                           "if < 1.")] = 0.2,
+    judge: Annotated[str | None, typer.Option(help="Judge model (local, local:PATH, "
+                                              "http(s)://HOST/v1#MODEL): it proposes formats and "
+                                              "picks per task by pairwise comparison.")] = None,
+    proposals: Annotated[int, typer.Option(help="Format proposals per task (with --judge).")]
+        = 3,
 ) -> None:
     """Tasks -> grounding -> writer -> verifier -> dedup/decontamination, resumable."""
     with _user_errors():
@@ -37,14 +52,21 @@ def build_cmd(
         from icml26.cyberpal.pipeline import BuildConfig, build
 
         cfg = BuildConfig(tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()),
-                          writer=writer, plain=plain)
+                          writer=writer, plain=plain, ood_field=ood_field,
+                          ood_values=tuple(v for v in (ood_values or "").split(",") if v.strip())
+                          or None, ood_share=ood_share, n_id_test=id_test, n_proposals=proposals)
         chat_model = None
         if writer == "lm":
             from icml26.core.chat import get_chat
 
             chat_model = get_chat(chat)
+        judge_model = None
+        if judge:
+            from icml26.core.chat import get_chat
+
+            judge_model = get_chat(judge)
         rep = build(out, cfg, formats=load_formats(formats) if formats else None,
-                    records=records, chat=chat_model, work_dir=work_dir)
+                    records=records, chat=chat_model, judge=judge_model, work_dir=work_dir)
         typer.echo(json.dumps(rep, indent=1))
 
 
@@ -112,7 +134,7 @@ def sft_cmd(
 @app.command("eval")
 def eval_cmd(
     model: Annotated[str, typer.Option(help="HF folder (e.g. from `sft`), .gguf, 'smollm2'.")],
-    split: Annotated[str, typer.Option(help="id | ood | mcq")] = "ood",
+    split: Annotated[str, typer.Option(help="id | ood | mcq | cti-rcm | cti-mcq")] = "ood",
     mode: Annotated[str, typer.Option(help="generate | rank (CVE splits)")] = "generate",
     n_cwes: Annotated[int, typer.Option(help="Label set: most frequent CWEs.")] = 50,
     limit: Annotated[int | None, typer.Option(help="First N items only.")] = None,
@@ -120,6 +142,20 @@ def eval_cmd(
         = False,
     device: Annotated[str, typer.Option()] = "cpu",
     dtype: Annotated[str, typer.Option()] = "bf16",
+    records: Annotated[Path | None, typer.Option(help="id/ood on your records CSV (with "
+                                                 "--ood-field) instead of CWE's examples.")]
+        = None,
+    ood_field: Annotated[str | None, typer.Option(help="Column that splits --records OOD; same "
+                                                  "values as for `build`.")] = None,
+    ood_values: Annotated[str | None, typer.Option(help="Comma list of OOD values.")] = None,
+    ood_share: Annotated[float, typer.Option(help="OOD share without --ood-values.")] = 0.2,
+    id_test: Annotated[float, typer.Option(help="ID test: count, or share if < 1.")] = 0.2,
+    data: Annotated[Path | None, typer.Option(help="CTIBench file for cti-rcm / cti-mcq "
+                                              "(cti-rcm.tsv, cti-mcq.tsv as published).")]
+        = None,
+    prompt: Annotated[str, typer.Option(help="cti-rcm: 'published' (the file's Prompt column, "
+                                        "verbatim) or 'ours' (the training prompt).")]
+        = "published",
 ) -> None:
     """Any-gold / strict / hierarchy accuracy and compliance, or MCQ accuracy (hard, easy)."""
     with _user_errors():
@@ -129,39 +165,81 @@ def eval_cmd(
         from icml26.cyberpal.catalog import load_attack, load_cwe
         from icml26.cyberpal.enrich import cve2cwe_prompt
         from icml26.cyberpal.evaluate import build_mcq, generate, parse_cwe, rank_labels, score_cwe
-        from icml26.cyberpal.pipeline import catalogue_splits
+        from icml26.cyberpal.pipeline import catalogue_splits, record_splits
         from icml26.cyberpal.splits import SplitConfig
 
-        if split not in ("id", "ood", "mcq") or mode not in ("generate", "rank"):
-            raise UserError(f"split must be id|ood|mcq and mode generate|rank; got {split}, {mode}")
-        m, tok = load_lm(model, dtype=parse_dtype(dtype), device=device)
+        splits_ok = ("id", "ood", "mcq", "cti-rcm", "cti-mcq")
+        if split not in splits_ok or mode not in ("generate", "rank"):
+            raise UserError(f"split must be {'|'.join(splits_ok)} and mode generate|rank; got "
+                            f"{split}, {mode}")
+        if split.startswith("cti-") and data is None:
+            raise UserError(f"--split {split} needs --data FILE (CTIBench {split}.tsv)")
+        if prompt not in ("published", "ours"):
+            raise UserError(f"--prompt must be published|ours; got {prompt!r}")
+        if ood_field and records is None:
+            raise UserError("--ood-field needs --records")
+        if records is not None and split not in ("id", "ood"):
+            raise UserError(f"--records applies to --split id|ood, not {split}")
+        if records is not None and not ood_field:
+            raise UserError("--records needs --ood-field (the column to split OOD by)")
         cwe = load_cwe()
-        if split == "mcq":
+        if split == "cti-mcq":
+            from icml26.cyberpal.ctibench import read_cti_mcq
+
+            items = read_cti_mcq(data)[:limit]
+        elif split == "cti-rcm":
+            from icml26.cyberpal.ctibench import read_rcm
+
+            rcm = read_rcm(data)[:limit]
+        m, tok = load_lm(model, dtype=parse_dtype(dtype), device=device)
+        if split in ("mcq", "cti-mcq"):
             from icml26.core.mcq import score_mcq
 
             res = {}
-            for hard in (True, False):
-                items = build_mcq(cwe, load_attack(), 100, 100, hard=hard)[:limit]
+            sets = ({"cti": items} if split == "cti-mcq" else
+                    {("hard" if hard else "easy"): build_mcq(cwe, load_attack(), 100, 100,
+                                                             hard=hard)[:limit]
+                     for hard in (True, False)})
+            for name, its in sets.items():
                 for meth in ("logprob", "letter"):
-                    res[f"{'hard' if hard else 'easy'}/{meth}"] = score_mcq(
-                        m, tok, items, method=meth).accuracy
+                    res[f"{name}/{meth}"] = score_mcq(m, tok, its, method=meth).accuracy
+            res["n"] = sum(len(x) for x in sets.values())
             typer.echo(json.dumps(res, indent=1))
             return
-        sp = catalogue_splits(SplitConfig(n_cwes=n_cwes))
-        pairs = list(sp.id_test if split == "id" else sp.ood_test)[:limit]
+        from icml26.cyberpal.claim import PLAIN_SYSTEM
+
+        if split == "cti-rcm":
+            ids = [x.cve_id for x in rcm]
+            golds = [(x.gold,) for x in rcm]
+            users = [x.prompt if prompt == "published" and x.prompt else
+                     cve2cwe_prompt(x.description) for x in rcm]
+            labels = sorted({x.gold for x in rcm})
+            extra = {"prompt": prompt, "labels": len(labels)}
+        else:
+            if records is not None:
+                sp, info = record_splits(
+                    records, ood_field, ood_share=ood_share, n_id_test=id_test, cwe=cwe,
+                    ood_values=[v for v in (ood_values or "").split(",") if v.strip()] or None)
+                extra = {"ood_field": info["field"], "ood_values": info["ood_values"]}
+            else:
+                sp, extra = catalogue_splits(SplitConfig(n_cwes=n_cwes)), {}
+            pairs = list(sp.id_test if split == "id" else sp.ood_test)[:limit]
+            ids, golds = [p.cve_id for p in pairs], [p.cwes for p in pairs]
+            users = [cve2cwe_prompt(p.description) for p in pairs]
+            labels = list(sp.labels)
         seen = Path(model) / "train_ids.json"
         if seen.is_file() and not allow_overlap:
-            overlap = sorted(set(json.loads(seen.read_text())) & {p.cve_id for p in pairs})
+            overlap = sorted(set(json.loads(seen.read_text())) & {i for i in ids if i})
             if overlap:
                 raise UserError(f"{len(overlap)} eval CVE(s) were in the training data "
                                 f"(first: {', '.join(overlap[:5])}); pass --allow-overlap")
-        from icml26.cyberpal.claim import PLAIN_SYSTEM
-
         chats = [[{"role": "system", "content": PLAIN_SYSTEM},
-                  {"role": "user", "content": cve2cwe_prompt(p.description)}] for p in pairs]
+                  {"role": "user", "content": u}] for u in users]
         if mode == "rank":
-            lp = rank_labels(m, tok, chats, [f"CWE-{c}: {cwe[c].name}" for c in sp.labels])
-            preds = [int(sp.labels[j]) for j in lp.argmax(1)]
+            names = [f"CWE-{c}: {cwe[c].name}" if c in cwe else f"CWE-{c}" for c in labels]
+            lp = rank_labels(m, tok, chats, names)
+            preds = [int(labels[j]) for j in lp.argmax(1)]
         else:
             preds = [parse_cwe(t) for t in generate(m, tok, chats)]
-        typer.echo(json.dumps(score_cwe(preds, [p.cwes for p in pairs], cwe).summary(), indent=1))
+        out = score_cwe(preds, golds, cwe).summary()
+        typer.echo(json.dumps({**out, **extra}, indent=1))

@@ -121,9 +121,14 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
         f"uses {label}, a direction check only.",
     ]
     if ctx.scale == "small":
-        notes.append("small uses 10 CWEs, a 64-record cap and one epoch (the issue's 50 CWEs / full "
-                     "training set do not fit the 15-minute CPU budget); set --opt n_cwes=50 "
-                     "train_cap=100000 for the larger setting.")
+        notes.append(
+            f"small keeps the issue's label set and test sets ({S['n_cwes']} CWEs, "
+            f"{len(splits.id_test)} ID / {len(splits.ood_test)} OOD CVEs) but cuts training and "
+            f"the secondary rows to fit a shared 2-core CPU: at most {S['train_cap']} of the "
+            f"{len(splits.train)} training CVEs, {S['epochs']} epoch(s), seeds {seeds}, rank on "
+            f"{S['n_rank']} OOD CVEs, {S['n_mcq']} MCQ items per difficulty (issue: all training "
+            f"CVEs, MCQ 400). --opt train_cap=100000 --opt seeds=0,1 --opt n_mcq=200 "
+            f"--opt n_rank=150 runs the issue's size.")
     return Result(rows=rows, headline=Measure("OOD CVE->CWE any-gold accuracy, B / A", value,
                                               "x", spread, higher_is_better=True),
                   target=target, notes=notes, figures=figs)

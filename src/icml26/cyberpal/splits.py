@@ -8,6 +8,7 @@ drawn by a seeded permutation of CVE ids); out-of-distribution: years >= ``ood_m
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from icml26.core.errors import UserError
 from icml26.cyberpal.catalog import Pair
 
-__all__ = ["SplitConfig", "Splits", "top_cwes", "make_splits", "check_disjoint"]
+__all__ = ["SplitConfig", "Splits", "top_cwes", "make_splits", "check_disjoint", "split_records"]
 
 
 @dataclass(frozen=True)
@@ -85,3 +86,62 @@ def check_disjoint(splits: Splits) -> None:
             if p.cve_id in seen:
                 raise ValueError(f"{p.cve_id} is in both {seen[p.cve_id]} and {name}")
             seen[p.cve_id] = name
+
+
+def split_records(rows: list[dict], field: str, *, ood_values: Sequence[str] | None = None,
+                  ood_share: float = 0.2, n_id_test: int | float = 0.2,
+                  seed: int = 0) -> tuple[Splits, dict]:
+    """Split user records (from :func:`~.pipeline.load_records`, each ``{"pair", "group"}``) out
+    of distribution by the value of one column (``vendor``, ``product``, a year column...).
+
+    OOD = records whose ``field`` value is in ``ood_values``; without values, the rarest values
+    (fewest records first; ties by value) are taken until they hold at
+    least ``ood_share`` of the records, so no value is in both ID and OOD. The remaining records
+    are split by a seeded permutation of CVE ids into train and ID test (``n_id_test``: a count,
+    or a share when < 1). Labels: every CWE of the records, most frequent first (ties by id).
+    Returns the splits and a description (field, OOD values, sizes) for reports.
+    """
+    if not rows:
+        raise UserError("no records to split")
+    groups: dict[str, list[Pair]] = {}
+    for r in rows:
+        g = r.get("group")
+        if g is None or not str(g).strip():
+            raise UserError(f"{r['pair'].cve_id}: empty value in OOD column {field!r}")
+        groups.setdefault(str(g).strip(), []).append(r["pair"])
+    if ood_values is not None:
+        wanted = [str(v).strip() for v in ood_values if str(v).strip()]
+        unknown = [v for v in wanted if v not in groups]
+        if unknown or not wanted:
+            raise UserError(f"OOD value(s) {unknown or '(none)'} not found in column {field!r}; "
+                            f"values: {', '.join(sorted(groups)[:10])}"
+                            f"{' ...' if len(groups) > 10 else ''}")
+        ood_set = set(wanted)
+    else:
+        if not 0 < ood_share < 1:
+            raise UserError(f"ood_share must be in (0, 1); got {ood_share}")
+        ood_set, n_ood = set(), 0
+        for g in sorted(groups, key=lambda g: (len(groups[g]), g)):
+            if n_ood >= ood_share * len(rows):
+                break
+            ood_set.add(g)
+            n_ood += len(groups[g])
+    if len(ood_set) == len(groups):
+        raise UserError(f"every value of {field!r} would be OOD ({len(groups)} value(s)); "
+                        "nothing left to train on")
+    ood = tuple(sorted((p for g in ood_set for p in groups[g]), key=lambda p: p.cve_id))
+    id_pool = sorted((p for g in groups if g not in ood_set for p in groups[g]),
+                     key=lambda p: p.cve_id)
+    k = int(round(n_id_test * len(id_pool))) if n_id_test < 1 else int(n_id_test)
+    if not 1 <= k < len(id_pool):
+        raise UserError(f"cannot hold out n_id_test={n_id_test} of {len(id_pool)} ID records "
+                        "and keep a training set")
+    perm = np.random.default_rng(seed).permutation(len(id_pool))
+    test_idx = set(perm[:k].tolist())
+    id_test = tuple(p for i, p in enumerate(id_pool) if i in test_idx)
+    train = tuple(p for i, p in enumerate(id_pool) if i not in test_idx)
+    all_pairs = list(train + id_test + ood)
+    labels = top_cwes(all_pairs, len({c for p in all_pairs for c in p.cwes}))
+    out = Splits(labels, train, id_test, ood)
+    check_disjoint(out)
+    return out, {"field": field, "ood_values": sorted(ood_set), **out.sizes()}
