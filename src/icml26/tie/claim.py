@@ -26,6 +26,7 @@ from icml26.tie.experiment import (
     fit_labels,
     make_population,
     make_trace,
+    plot_ptla_vs_load,
     schedule_study,
 )
 from icml26.tie.lengths import fit_lognormal, fit_logt
@@ -39,17 +40,7 @@ def _plots(ctx, loads, table, pop, pred):
     plt = pyplot()
     figs = []
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for p in POLICIES:
-        m = np.array([np.mean(table[(p, ld)]) for ld in loads])
-        lo = np.array([np.min(table[(p, ld)]) for ld in loads])
-        hi = np.array([np.max(table[(p, ld)]) for ld in loads])
-        ax.errorbar(loads, m, yerr=[m - lo, hi - m], marker="o", capsize=3, label=p,
-                    lw=2.5 if p == "TIE" else 1.2)
-    ax.set_xlabel("load (fraction of FCFS capacity)")
-    ax.set_ylabel("mean per-token latency PTLA (s)")
-    ax.set_yscale("log")
-    ax.set_title("Simulated Llama-3-8B / H100, max_num_seqs 32 (min-max over seeds)")
-    ax.legend(fontsize=8)
+    plot_ptla_vs_load(ax, loads, table, "Simulated Llama-3-8B / H100, max_num_seqs 32 (min-max over seeds)")
     figs.append(save_figure(fig, ctx.out_dir / "ptla_vs_load.png"))
 
     fig, axs = plt.subplots(1, 2, figsize=(9, 3.8))

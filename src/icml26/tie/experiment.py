@@ -313,3 +313,19 @@ def schedule_study(pop, trace_fn, n_req: int, loads, n_seeds: int, seed: int, x_
                 tick(1)
     return {"table": table, "p90": p90, "ttft": ttft, "offline": offline, "capacity": capacity,
             "engine": ecfg}
+
+
+def plot_ptla_vs_load(ax, loads, table: dict, title: str, title_size: float | None = None) -> None:
+    """Mean PTLA per policy against load on ``ax``, min-max over seeds as error bars
+    (``table[(policy, load)]`` = per-seed mean PTLA); used by both TIE claims."""
+    for p in POLICIES:
+        m = np.array([np.mean(table[(p, ld)]) for ld in loads])
+        lo = np.array([np.min(table[(p, ld)]) for ld in loads])
+        hi = np.array([np.max(table[(p, ld)]) for ld in loads])
+        ax.errorbar(loads, m, yerr=[m - lo, hi - m], marker="o", capsize=3, label=p,
+                    lw=2.5 if p == "TIE" else 1.2)
+    ax.set_xlabel("load (fraction of FCFS capacity)")
+    ax.set_ylabel("mean per-token latency PTLA (s)")
+    ax.set_yscale("log")
+    ax.set_title(title, fontsize=title_size)
+    ax.legend(fontsize=8)

@@ -42,6 +42,7 @@ from icml26.tie.experiment import (
     crossfit,
     fit_labels_real,
     make_trace_real,
+    plot_ptla_vs_load,
     schedule_study,
 )
 from icml26.tie.lengths import fit_lognormal, fit_logt
@@ -168,17 +169,9 @@ def _plots(ctx, data, cfg, ks, pop, pred, loads, table, fits_idx):
     figs.append(save_figure(fig, ctx.out_dir / "predicted_vs_true_mu.png"))
     # 4. PTLA vs load
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for p in POLICIES:
-        m = np.array([np.mean(table[(p, ld)]) for ld in loads])
-        lo = np.array([np.min(table[(p, ld)]) for ld in loads])
-        hi = np.array([np.max(table[(p, ld)]) for ld in loads])
-        ax.errorbar(loads, m, yerr=[m - lo, hi - m], marker="o", capsize=3, label=p,
-                    lw=2.5 if p == "TIE" else 1.2)
-    ax.set_xlabel("load (fraction of FCFS capacity)")
-    ax.set_ylabel("mean per-token latency PTLA (s)")
-    ax.set_yscale("log")
-    ax.set_title(f"8B roofline / H100, B=32, SmolLM2 held-out lengths (cap {cfg.cap})", fontsize=9)
-    ax.legend(fontsize=8)
+    plot_ptla_vs_load(
+        ax, loads, table, f"8B roofline / H100, B=32, SmolLM2 held-out lengths (cap {cfg.cap})", 9
+    )
     figs.append(save_figure(fig, ctx.out_dir / "ptla_vs_load.png"))
     return figs
 
