@@ -56,3 +56,19 @@ def test_source_fingerprint_tracks_file_contents(tmp_path, monkeypatch):
     sys.modules.pop("fp_pkg", None)
     with pytest.raises(ValueError, match="no module"):
         source_fingerprint("no_such_pkg_xyz")
+
+
+def test_memo_merge_from(tmp_path):
+    main = Memo(tmp_path / "main.json", config={"n": 1})
+    main.put("a", 1)
+    worker = Memo(tmp_path / "w.json", config={"n": 1})
+    worker.put("a", 99)  # already in main: main's value is kept
+    worker.put("b", [2, 3])
+    assert main.merge_from(tmp_path / "w.json") == 1
+    assert main.get("a") == 1 and main.get("b") == [2, 3]
+    assert Memo(tmp_path / "main.json", config={"n": 1}).get("b") == [2, 3]  # written to disk
+    assert main.merge_from(tmp_path / "w.json") == 0
+    Memo(tmp_path / "other.json", config={"n": 2}).put("c", 0)
+    with pytest.raises(ValueError, match=r"different configuration \(\['n'\]\)"):
+        main.merge_from(tmp_path / "other.json")
+    assert "c" not in main

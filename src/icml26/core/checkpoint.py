@@ -75,6 +75,24 @@ class Memo:
         atomic_write_json(self.path, {"config": self.config, "units": self._units})
         return self._units[key]
 
+    def merge_from(self, path: str | os.PathLike) -> int:
+        """Copy the units of another memo file that this one lacks (e.g. from worker processes
+        that computed parts of the same run); returns how many were added. The other memo must
+        have the same config: ``ValueError`` names the differing keys; ``OSError``/``ValueError``
+        if it cannot be read."""
+        stored = json.loads(Path(path).read_text(encoding="utf-8"))
+        other = stored.get("config") if isinstance(stored, dict) else None
+        if other != self.config:
+            other = other or {}
+            diff = sorted(k for k in set(self.config) | set(other)
+                          if self.config.get(k) != other.get(k))
+            raise ValueError(f"{path} was run with a different configuration ({diff})")
+        new = {k: v for k, v in (stored.get("units") or {}).items() if k not in self._units}
+        if new:
+            self._units.update(new)
+            atomic_write_json(self.path, {"config": self.config, "units": self._units})
+        return len(new)
+
     def compute(self, key: str, fn: Callable[[], Any]) -> Any:
         """The stored value of ``key``, or ``fn()`` computed now and stored."""
         if key in self._units:

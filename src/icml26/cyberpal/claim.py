@@ -210,7 +210,6 @@ def merge_memos(memo: Memo, sources: list[str], scale: str) -> int:
     """Copy finished units from other runs' memos (an ``--out`` folder, or a memo.json) into
     ``memo`` when their config is identical; returns how many units were added. A source with a
     different config (other sizes, model, code-relevant options) is refused."""
-    import json
     from pathlib import Path
 
     from icml26.core.errors import UserError
@@ -221,17 +220,11 @@ def merge_memos(memo: Memo, sources: list[str], scale: str) -> int:
         if p.is_dir():
             p = p / "cyberpal" / scale / "memo.json"
         try:
-            stored = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            added += memo.merge_from(p)
+        except OSError as exc:
             raise UserError(f"merge: cannot read worker memo {p}: {exc}") from None
-        if stored.get("config") != memo.config:
-            diff = sorted(k for k in set(memo.config) | set(stored.get("config") or {})
-                          if memo.config.get(k) != (stored.get("config") or {}).get(k))
-            raise UserError(f"merge: {p} was run with a different configuration ({diff})")
-        for key, value in (stored.get("units") or {}).items():
-            if key not in memo:
-                memo.put(key, value)
-                added += 1
+        except ValueError as exc:
+            raise UserError(f"merge: {exc}") from None
     return added
 
 
