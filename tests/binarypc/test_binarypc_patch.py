@@ -68,7 +68,7 @@ def test_sparse_decode_matches_offline_evaluation(model):
             cache = out.cache
             for t in range(3):
                 out = model(input_ids=toks[:, t : t + 1], cache=cache, use_cache=True)
-        meta, P = attn._bpc_state["meta"], attn._bpc_state["P"]
+        meta, P = cache.layers[2].meta, cache.layers[2].P
     finally:
         hook.remove()
         remove_binarypc(model)
@@ -172,7 +172,8 @@ def test_replay_bad_inputs(model):
 @pytest.mark.parametrize("method", ["bpc", "magicpig"])
 def test_replay_from_a_shared_dense_prefill_and_prime(method):
     """One dense prefill serves every method: the cached replay equals the full replay, the
-    cache is restored, and prime() + step decode equals the patched prefill + step decode."""
+    dense cache is left unchanged, and prime() + step decode equals the patched prefill + step
+    decode."""
     from icml26.binarypc.patch import prime, sparse_replay
 
     m, _ = tiny_llama(64, 3, 4, 2, 128, 1024, vocab="bytes", seed=4)
@@ -194,10 +195,11 @@ def test_replay_from_a_shared_dense_prefill_and_prime(method):
     assert (cached - full[:, P:]).abs().max() < 1e-9
     # prime + decode vs patched prefill + decode
     apply_binarypc(m, cfg)
-    prime(m, past)
+    primed = prime(m, past)
     with torch.no_grad():
-        a = m(input_ids=ids[:, P : P + 1], cache=past, use_cache=True).logits
+        a = m(input_ids=ids[:, P : P + 1], cache=primed, use_cache=True).logits
     remove_binarypc(m)
+    assert past.get_seq_length() == P and primed.get_seq_length() == P + 1
     apply_binarypc(m, cfg)
     with torch.no_grad():
         c2 = m(input_ids=ids[:, :P], use_cache=True).cache

@@ -5,11 +5,13 @@ the prefill's HF cache is kept, and each method continues from it
 
 - perplexity: :func:`patch.sparse_replay` scores the whole continuation in one forward with a
   per-query selection (proven equal to step-by-step decode in the tests);
-- passkey: :func:`patch.prime` gives the patched model the metadata its own prefill would have
-  built (tested equal), then greedy decoding runs step by step through the patch, exactly as
-  ``model.generate`` does with :func:`apply_binarypc`.
+- passkey: :func:`patch.prime` builds a ``BinaryPCCache`` sharing the prefill's K/V with the
+  codes the patched model's own prefill would have built (tested equal), then greedy decoding
+  runs step by step through the patch on that cache, exactly as ``model.generate`` does with
+  :func:`apply_binarypc`.
 
-The cache is cropped back to the prefill after every method.
+The dense prefill's cache is never changed by a sparse method (its K/V are shared, decoding
+appends by concatenation); the dense arm crops it back after use.
 """
 
 from __future__ import annotations
@@ -131,17 +133,16 @@ def passkey_study(
             for label, cfg in {"Dense": None, **variants}.items():
                 if cfg is not None:
                     apply_binarypc(model, cfg)
-                    prime(model, past)
                 try:
-                    toks = _greedy(model, past, last, max_new)
+                    cache = past if cfg is None else prime(model, past)
+                    toks = _greedy(model, cache, last, max_new)
+                    del cache
                     _crop(past, L)
                     if len(key_ids) > 1:
                         if cfg is None:
                             logits = model(input_ids=kt[:, :-1], cache=past, use_cache=True).logits
                             _crop(past, L)
                         else:
-                            remove_binarypc(model)
-                            apply_binarypc(model, cfg)
                             logits = sparse_replay(model, kt[:, :-1], L, past=past)
                         rest = -_nll(logits[0], kt[0, 1:]).sum()
                     else:

@@ -16,7 +16,7 @@ import torch
 from icml26.binarypc.codes import binary_pcs, hash_keys, pack_signs, recon_error
 from icml26.binarypc.select import code_scores, lut_scores, work_dtype
 
-__all__ = ["METHODS", "BinaryPCConfig", "make_method", "metadata_bytes"]
+__all__ = ["METHODS", "BinaryPCConfig", "make_method", "metadata_bytes", "select_batch"]
 
 METHODS = ("bpc", "oracle", "simhash", "magicpig", "quest", "streaming")
 
@@ -100,6 +100,8 @@ def _memo(meta: dict, q: torch.Tensor, fn):
 
 
 class _BinaryPC:
+    batched = ("V", "codes", "err")  # meta entries with a leading batch dim
+
     def __init__(self, cfg: BinaryPCConfig):
         self.cfg = cfg
 
@@ -127,6 +129,8 @@ class _BinaryPC:
 class _Oracle:
     """Exact top-k: max over the group of the true softmax weight (full-context normalizer)."""
 
+    batched = ("keys",)
+
     def __init__(self, cfg):
         self.cfg = cfg
 
@@ -147,6 +151,8 @@ class _Oracle:
 
 class _SimHash:
     """64 random hyperplanes (same 8 B/token); score = bits − 2·Hamming(code(q), code(k))."""
+
+    batched = ("codes",)
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -196,6 +202,8 @@ class _MagicPIG:
     what was attended. Thinning draws are seeded by (seed, query position), so a batched replay
     equals step-by-step decode.
     """
+
+    batched = ("mu", "codes", "kc")
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -289,6 +297,8 @@ class _Quest:
     """Pages of ``page`` tokens; page score = Σ_d max(q_d·min_d, q_d·max_d) (an upper bound on
     q·k in the page), max over the group; each token gets its page's score."""
 
+    batched = ("lo", "hi")
+
     def __init__(self, cfg):
         self.cfg = cfg
 
@@ -323,6 +333,8 @@ class _Quest:
 
 class _Streaming:
     """``sinks`` first tokens plus the most recent ones."""
+
+    batched = ()  # "shape" (B, H, P) is rewritten by select_batch
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -361,3 +373,20 @@ def metadata_bytes(cfg: BinaryPCConfig, head_dim: int, key_bytes: int = 2) -> fl
         "oracle": head_dim * key_bytes + 0.0,
         "streaming": 0.0,
     }[cfg.method]
+
+
+def select_batch(method, meta: dict | None, idx: torch.Tensor) -> dict | None:
+    """``meta`` with its batch rows re-indexed by ``idx`` (LongTensor of old row numbers): beam
+    reordering, batch selection and repeat-interleave of a cache all reduce to this. Only the
+    entries the method lists in ``batched`` carry a batch dimension (directions or hyperplanes
+    shared by the batch, and scalars, are kept)."""
+    if meta is None:
+        return None
+    out = dict(meta)
+    for name in method.batched:
+        t = meta[name]
+        out[name] = t.index_select(0, idx.to(t.device))
+    if "shape" in meta:
+        out["shape"] = (int(idx.numel()), *meta["shape"][1:])
+    out.pop("memo", None)
+    return out

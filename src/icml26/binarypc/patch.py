@@ -1,24 +1,40 @@
 """Patch HF Llama-family attention with BinaryPC (or a baseline) sparse decode.
 
 ``apply_binarypc(model, cfg)`` registers an attention function through transformers'
-``AttentionInterface`` and switches the model to it. Prefill (q_len > 1) runs HF's SDPA attention
-unchanged and builds per-request metadata (online directions + codes for BinaryPC) from all
-cached keys of each layer and KV head. Decode (q_len == 1) selects ``budget`` tokens per KV head
-and attends exactly over them; it stays dense in ``dense_layers``, below ``min_context`` and
-whenever the budget covers the context. The per-layer state lives on the attention modules; the
-regular HF ``DynamicCache`` holds K/V. ``remove_binarypc`` restores the previous attention.
+``AttentionInterface`` and switches the model to it. All per-request state (codes, directions,
+the prefix length they cover, the generator) lives in a :class:`~icml26.binarypc.cache.
+BinaryPCCache`; the model only keeps the config it was patched with. Prefill (q_len > 1) runs HF's
+SDPA attention unchanged and builds the metadata (online directions + codes for BinaryPC) from all
+cached keys of each layer and KV head, into the cache layer. Decode (q_len == 1) selects
+``budget`` tokens per KV head and attends exactly over them; it stays dense in ``dense_layers``,
+below ``min_context`` and whenever the budget covers the context. ``remove_binarypc`` restores
+the previous attention.
+
+A patched model used without a cache (``use_cache`` on) or with an empty ``DynamicCache`` (what
+``model.generate`` makes) gets a fresh ``BinaryPCCache`` in its place (read the cache back from
+the outputs, as ``generate`` does); a non-empty plain cache is refused (use :func:`prime`).
 """
 
 from __future__ import annotations
 
 import torch
+from transformers.cache_utils import DynamicCache
 
-from icml26.binarypc.methods import BinaryPCConfig, make_method
+from icml26.binarypc.cache import (
+    ATTN_NAME,
+    LAYER_KWARG,
+    BinaryPCCache,
+    BinaryPCLayer,
+    BinaryPCState,
+    check_model,
+)
+from icml26.binarypc.methods import BinaryPCConfig
 from icml26.binarypc.select import budget, select_tokens, sparse_attention
 
 __all__ = [
     "apply_binarypc",
     "remove_binarypc",
+    "BinaryPCCache",
     "sparse_decode",
     "sparse_replay",
     "prime",
@@ -29,7 +45,6 @@ __all__ = [
     "attention_layers",
 ]
 
-ATTN_NAME = "binarypc"
 _CAPTURE = "binarypc_capture"
 
 
@@ -87,36 +102,31 @@ def _sdpa():
 
 
 def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    st = getattr(module, "_bpc_state", None)
-    if st is None:
+    layer: BinaryPCLayer | None = kwargs.pop(LAYER_KWARG, None)
+
+    def dense():
         return _sdpa()(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    cfg: BinaryPCConfig = st["cfg"]
-    q_len, L = query.shape[2], key.shape[2]
-    dense_layer = module.layer_idx in cfg.dense_layers
-    if q_len > 1 and st.get("replay_P") is not None:
+
+    if layer is None:  # no cache (use_cache=False): every forward is a dense prefill
+        return dense()
+    st: BinaryPCState = layer.state
+    if st.replay_P is not None:
         return _replay(module, st, query, key, value, attention_mask, scaling, dropout, **kwargs)
+    cfg = st.cfg
+    q_len, L = query.shape[2], key.shape[2]
     if q_len > 1:
-        st["meta"], st["P"] = None, L
-        if not dense_layer:
-            d = st["directions"]
-            st["meta"] = st["method"].prepare(
-                key, st["gen"], None if d is None else d[module.layer_idx]
-            )
-        return _sdpa()(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        layer.prefill(key)
+        return dense()
     k = budget(L, cfg.mask_out, cfg.min_remain, cfg.token_budget)
-    if dense_layer or st.get("meta") is None or cfg.min_context > L or k >= L:
-        return _sdpa()(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+    if layer.meta is None or cfg.min_context > L or k >= L:
+        return dense()
     scaling = module.scaling if scaling is None else scaling
     out, _ = sparse_decode(
-        st["method"],
-        st["meta"],
-        st["P"],
+        st.method,
+        layer.meta,
+        layer.P,
         query[:, :, 0],
         key,
         value,
@@ -135,43 +145,41 @@ def expand_meta(meta: dict, B: int) -> dict:
     }
 
 
-def _replay(module, st, query, key, value, attention_mask, scaling, dropout, **kwargs):
+def _replay(module, st: BinaryPCState, query, key, value, attention_mask, scaling, dropout, **kw):
     """One forward over prefix + continuation: rows < P are the dense prefill; every row t >= P
     attends over the selection the decode step at position t would make (same budget, same
     dense fallbacks, decode tokens P..t kept, later tokens masked)."""
-    cfg: BinaryPCConfig = st["cfg"]
-    P = st["replay_P"]
+    cfg: BinaryPCConfig = st.cfg
+    P = st.replay_P
     B, Hq, T, D = query.shape
     L = key.shape[2]
     if B != 1 or L - T > P:
         raise ValueError("sparse_replay needs batch 1 and a past cache no longer than the prefix")
     off = L - T  # query row i is position off + i
     out, w = _sdpa()(
-        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kw
     )
-    if module.layer_idx in cfg.dense_layers:
+    meta = st.prepare(key[:, :, :P], module.layer_idx)
+    if meta is None:  # dense layer
         return out, w
-    d = st["directions"]
-    meta = st["method"].prepare(
-        key[:, :, :P], st["gen"], None if d is None else d[module.layer_idx]
-    )
     scaling = module.scaling if scaling is None else scaling
     out = out.clone()
     groups: dict[int, list[int]] = {}
-    for t in range(P, L):
+    for t in range(max(P, off), L):
         k = budget(t + 1, cfg.mask_out, cfg.min_remain, cfg.token_budget)
         if cfg.min_context > t + 1 or k >= t + 1:
             continue  # the decode step is dense there: keep the SDPA row
         groups.setdefault(k, []).append(t)
     pos = torch.arange(L, device=key.device)
+    chunk = st.replay_chunk
     for k, rows in groups.items():
-        for c in range(0, len(rows), st.get("replay_chunk", 32)):
-            r = torch.tensor(rows[c : c + st.get("replay_chunk", 32)], device=key.device)
+        for c in range(0, len(rows), chunk):
+            r = torch.tensor(rows[c : c + chunk], device=key.device)
             n = r.numel()
             qs = query[0, :, r - off].transpose(0, 1)  # (n, Hq, D)
             allowed = pos[None, :] <= r[:, None]
             o, _ = sparse_decode(
-                st["method"],
+                st.method,
                 expand_meta(meta, n),
                 P,
                 qs,
@@ -186,8 +194,21 @@ def _replay(module, st, query, key, value, attention_mask, scaling, dropout, **k
     return out, None
 
 
+def _check_patched(model, what: str) -> None:
+    if getattr(model, "_bpc_applied", None) is None:
+        raise ValueError(f"{what} needs a model patched with apply_binarypc")
+
+
 @torch.no_grad()
-def sparse_replay(model, input_ids: torch.Tensor, prefix_len: int, chunk: int = 32, past=None):
+def sparse_replay(
+    model,
+    input_ids: torch.Tensor,
+    prefix_len: int,
+    chunk: int = 32,
+    past=None,
+    cfg: BinaryPCConfig | None = None,
+    directions: torch.Tensor | None = None,
+):
     """Logits (1, T, vocab) of ``input_ids`` (1, T) in one forward, as a model patched with
     :func:`apply_binarypc` would compute them by prefilling the first ``prefix_len`` tokens
     densely and then decoding the rest one token at a time (teacher-forced): every continuation
@@ -195,11 +216,11 @@ def sparse_replay(model, input_ids: torch.Tensor, prefix_len: int, chunk: int = 
     tests/binarypc/test_binarypc_patch.py.
 
     past: optional HF cache of a dense forward over the first ``past.get_seq_length() <=
-    prefix_len`` tokens; ``input_ids`` then continue it (only those rows are computed) and the
-    cache is cropped back afterwards, so one dense prefill serves every method."""
-    mods = attention_layers(model)
-    if not all(hasattr(m, "_bpc_state") for m in mods):
-        raise ValueError("sparse_replay needs a model patched with apply_binarypc")
+    prefix_len`` tokens; ``input_ids`` then continue it (only those rows are computed). ``past``
+    is left unchanged (the forward runs on a BinaryPCCache sharing its K/V), so one dense
+    prefill serves every method. cfg / directions: as for :class:`BinaryPCCache` (default: the
+    ones the model was patched with)."""
+    _check_patched(model, "sparse_replay")
     n_past = 0 if past is None else past.get_seq_length()
     T = input_ids.shape[-1] + n_past
     if input_ids.dim() != 2 or input_ids.shape[0] != 1 or not n_past <= prefix_len < T:
@@ -210,35 +231,26 @@ def sparse_replay(model, input_ids: torch.Tensor, prefix_len: int, chunk: int = 
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if max_pos is not None and max_pos < T:
         raise ValueError(f"context of {T} tokens exceeds max_position_embeddings = {max_pos}")
-    for m in mods:
-        m._bpc_state["replay_P"] = int(prefix_len)
-        m._bpc_state["replay_chunk"] = int(chunk)
-    try:
-        if past is None:
-            return model(input_ids=input_ids.to(model.device), use_cache=False).logits
-        return model(input_ids=input_ids.to(model.device), cache=past, use_cache=True).logits
-    finally:
-        for m in mods:
-            m._bpc_state["replay_P"] = None
-        if past is not None and past.get_seq_length() > n_past:
-            past.crop(n_past - past.get_seq_length())  # negative: tokens to drop
+    if past is None:
+        cache = BinaryPCCache(model, cfg, directions)
+    else:
+        cache = BinaryPCCache.from_cache(model, past, cfg, directions, code=False)
+    cache.state.replay_P = int(prefix_len)
+    cache.state.replay_chunk = int(chunk)
+    return model(input_ids=input_ids.to(model.device), cache=cache, use_cache=True).logits
 
 
 @torch.no_grad()
-def prime(model, past) -> None:
-    """Give a patched model the per-request metadata its own prefill would have built, from the
-    keys of ``past`` (a dense prefill's cache), so decoding can continue sparsely without a second
-    prefill. Same generator draws, layer by layer, as the patched prefill."""
-    for m in attention_layers(model):
-        st = m._bpc_state
-        keys = past.layers[m.layer_idx].keys
-        st["P"] = keys.shape[2]
-        st["meta"] = None
-        if m.layer_idx not in st["cfg"].dense_layers:
-            d = st["directions"]
-            st["meta"] = st["method"].prepare(
-                keys, st["gen"], None if d is None else d[m.layer_idx]
-            )
+def prime(
+    model, past, cfg: BinaryPCConfig | None = None, directions: torch.Tensor | None = None
+) -> BinaryPCCache:
+    """A :class:`BinaryPCCache` that continues ``past`` (a dense prefill's cache) with the codes
+    the patched model's own prefill would have built (same generator draws, layer by layer), so
+    decoding can go on sparsely without a second prefill. ``past`` is not changed (the new cache
+    shares its K/V tensors and appends by concatenation), so one dense prefill can serve every
+    method. cfg / directions: as for :class:`BinaryPCCache`."""
+    _check_patched(model, "prime")
+    return BinaryPCCache.from_cache(model, past, cfg, directions, code=True)
 
 
 def _register(name, fn) -> None:
@@ -252,51 +264,70 @@ def _register(name, fn) -> None:
     AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
 
 
+def _cache_hook(model):
+    """Forward pre-hook of the decoder stack: give a patched model a BinaryPCCache when it is
+    called without one (use_cache on) or with an empty DynamicCache (what generate builds)."""
+
+    def hook(module, args, kwargs):
+        if len(args) > 3:  # cache passed positionally: leave the call alone
+            return None
+        name = "past_key_values" if "past_key_values" in kwargs else "cache"
+        cache = kwargs.get(name)
+        if isinstance(cache, BinaryPCCache):
+            return None
+        if cache is None:
+            use = kwargs.get("use_cache")
+            if use is None:
+                use = getattr(module.config, "use_cache", True)
+            if not use:
+                return None
+        elif type(cache) is not DynamicCache or cache.get_seq_length() > 0:
+            raise ValueError(
+                f"a model patched with apply_binarypc needs a BinaryPCCache; got "
+                f"{type(cache).__name__} holding {cache.get_seq_length()} tokens (continue a dense "
+                f"cache with icml26.binarypc.prime(model, past))"
+            )
+        kwargs = dict(kwargs)
+        kwargs.pop("past_key_values", None)
+        kwargs["cache"] = BinaryPCCache(model)
+        return args, kwargs
+
+    return hook
+
+
 def apply_binarypc(
     model, cfg: BinaryPCConfig | None = None, directions: torch.Tensor | None = None
 ):
     """Switch ``model`` to BinaryPC sparse decode (in place; returns the model).
 
-    directions: optional offline directions (n_layers, Hkv, bits, D) from :func:`calibrate`.
+    cfg: the default config of the caches this model makes (a :class:`BinaryPCCache` passed to
+    ``generate`` / ``forward`` may carry another). directions: optional offline directions
+    (n_layers, Hkv, bits, D) from :func:`calibrate`. Applying again replaces the config.
     """
     cfg = cfg or BinaryPCConfig()
-    mods = attention_layers(model)
-    n = len(mods)
-    bad = [i for i in cfg.dense_layers if i >= n]
-    if bad:
-        raise ValueError(f"dense_layers {bad} out of range for a model with {n} layers")
-    hkv = model.config.num_key_value_heads
-    D = mods[0].head_dim
-    if directions is not None:
-        want = (n, hkv, cfg.bits, D)
-        if tuple(directions.shape) != want:
-            raise ValueError(
-                f"directions have shape {tuple(directions.shape)}; this model and "
-                f"config need {want} (layers, KV heads, bits, head_dim)"
-            )
+    attention_layers(model)  # raises for models it cannot patch
+    check_model(model, cfg, directions)
     _register(ATTN_NAME, _attention)
     if not hasattr(model, "_bpc_prev_attn"):
         model._bpc_prev_attn = model.config._attn_implementation
-    gen = torch.Generator().manual_seed(cfg.seed)
-    method = make_method(cfg)
-    for m in mods:
-        m._bpc_state = {
-            "cfg": cfg,
-            "method": method,
-            "gen": gen,
-            "meta": None,
-            "P": 0,
-            "directions": directions,
-        }
+    old = getattr(model, "_bpc_hook", None)
+    if old is not None:
+        old.remove()
+    inner = getattr(model, "model", model)
+    model._bpc_hook = inner.register_forward_pre_hook(_cache_hook(model), with_kwargs=True)
+    model._bpc_applied = (cfg, directions)
     model.set_attn_implementation(ATTN_NAME)
     return model
 
 
 def remove_binarypc(model):
     """Undo :func:`apply_binarypc`."""
-    for m in attention_layers(model):
-        if hasattr(m, "_bpc_state"):
-            del m._bpc_state
+    hook = getattr(model, "_bpc_hook", None)
+    if hook is not None:
+        hook.remove()
+        del model._bpc_hook
+    if hasattr(model, "_bpc_applied"):
+        del model._bpc_applied
     prev = getattr(model, "_bpc_prev_attn", None)
     if prev is not None:
         model.set_attn_implementation(prev)
