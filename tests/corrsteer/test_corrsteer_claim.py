@@ -2,12 +2,12 @@ import json
 
 import pytest
 
-from icml26.core.claims import Claim, run_claim
-from icml26.core.mcq import bigbench_ready
+from icml26.core.claims import Claim, RunContext, run_claim
+from icml26.core.errors import UserError
 
 
-@pytest.mark.skipif(not bigbench_ready(), reason="BIG-bench task index not built (make setup)")
 def test_tiny_claim(tmp_path):
+    # Runs on the packaged BIG-bench excerpt: no download or index needed, so CI exercises it.
     from icml26.corrsteer.claim import run
 
     rec = run_claim(Claim("corrsteer", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
@@ -16,7 +16,60 @@ def test_tiny_claim(tmp_path):
     assert {"unsteered", "CorrSteer-S", "CorrSteer-A", "CorrSteer-P", "raw-mode P",
             "mean-difference (CAA)", "random feature #1"} <= set(rows)
     assert rows["unsteered"]["Δacc pp"] == 0
+    assert all(r["task"] == "MMLU stand-in" for r in rec["rows"])
     lo, hi = rec["headline"]["spread"]
     assert lo <= rec["headline"]["value"] <= hi
     details = json.loads(next(tmp_path.rglob("details.json")).read_text())
-    assert details["runs"][0]["base_train_acc"] > 0
+    assert details["parts"][0]["runs"][0]["base_train_acc"] > 0
+
+
+def test_tiny_fixture_matches_the_issue_sizes():
+    from icml26.corrsteer.claim import TINY_TASKS, tiny_items
+
+    items = tiny_items()
+    assert len(items) >= 48 + 16 + 32
+    assert {it.task for it in items} == set(TINY_TASKS)
+    assert len({it.id for it in items}) == len(items)
+    assert all(it.answer in it.gold for it in items)
+
+
+@pytest.mark.parametrize("opts", [{"parts": "mmlu,nope"}, {"sft": "bbq,xyz"}, {"parts": "none"}])
+def test_bad_part_options_are_named(tmp_path, opts):
+    from icml26.corrsteer.claim import _settings
+
+    ctx = RunContext(scale="small", seed=0, out_dir=tmp_path, options=opts)
+    with pytest.raises(UserError, match="parts|sft"):
+        _settings(ctx, 30)
+
+
+def test_sft_units_are_memoised_and_stale_locks_do_not_block(tmp_path, monkeypatch):
+    import os
+
+    import numpy as np
+
+    import icml26.corrsteer.claim as C
+    import icml26.corrsteer.mcqsteer as M
+    from icml26.corrsteer.experiment import Splits
+
+    calls = []
+
+    def fake_sft(model, data, sp, seed, cfg, progress):
+        calls.append(seed)
+        return {"seed": seed, "test_idx": sp.make(len(data.items), seed)[2], "base": np.ones(32, bool),
+                "sft": np.arange(32) % 2 == 0, "stats": {"steps": 48}, "seconds": 1.0, "ser": 1.0,
+                "changed": 16}
+
+    monkeypatch.setattr(C, "sft_baseline", fake_sft)
+    monkeypatch.setattr(M, "letter_token_ids", lambda tok, n: list(range(65, 65 + n)))
+    monkeypatch.setattr(M, "encode_items", lambda tok, items: [None] * len(items))
+    ctx = RunContext(scale="small", seed=0, out_dir=tmp_path, options={"sft": "bbq", "seeds": "2", "sft_seeds": "2"})
+    S = C._settings(ctx, 30)
+    items, sp = C.tiny_items(), Splits(48, 16, 32)
+    lock = tmp_path / "sft_bbq.lock"
+    lock.write_text(str(os.getpid()))  # our own lock (the worker itself): no wait
+    first = C._sft_units(ctx, None, None, S, "bbq", items, sp)
+    lock.write_text("999999999")  # a dead worker: no wait
+    again = C._sft_units(ctx, None, None, S, "bbq", items, sp)
+    assert calls == [0, 1]  # computed once per seed, then read back from sft_bbq.json
+    for a, b in zip(first, again, strict=True):
+        assert a["base"].dtype == bool and np.array_equal(a["sft"], b["sft"])

@@ -6,15 +6,27 @@ stand-in) with one-token letter answers; tasks fixed *before* any steering by th
 accuracy on a probe (in (chance + 5 pp, 70%)); per split seed, train items feed the correlations,
 validation items gate CorrSteer-P and pick the CAA strength, test items score every system.
 
-Headline: test accuracy change of CorrSteer-P over unsteered (pp), paired bootstrap 95% CI over
-(item, seed) pairs; target +1.0 pp.
+The same systems then run on BBQ (BIG-bench ``bbq_lite_json``, all nine categories, ambiguous and
+disambiguated contexts pooled; 400/100/300 per split seed), and the paper's SFT baseline
+(:mod:`icml26.corrsteer.sft`) is trained on each part's train split for the side-effect comparison.
+
+Headline: test accuracy change of CorrSteer-P over unsteered (pp) on the MMLU stand-in, paired
+bootstrap 95% CI over (item, seed) pairs; target +1.0 pp.
 
 Options (``--opt key=value``): ``model`` (HF folder / .gguf), ``dtype`` (bf16), ``layers``
 ("8,15,22"), ``sae_dir`` (folder with ``L<layer>/`` SAELens folders to use instead of training,
-e.g. GemmaScope at ``full``), ``tasks`` (comma-separated BIG-bench tasks, skips the probe).
+e.g. GemmaScope at ``full``), ``tasks`` (comma-separated BIG-bench tasks, skips the probe),
+``parts`` ("mmlu,bbq"), ``sft`` (parts that get the SFT baseline, "mmlu,bbq" or "none"),
+``sft_epochs`` (1 at small; the paper's ceil(4000/n_train) at full), ``sft_seeds`` (how many of
+the split seeds get SFT), ``seeds`` (number of split seeds).
+
+At ``tiny`` the items come from a packaged excerpt of BIG-bench (``data/tiny_items.json``), so the
+claim runs without the BIG-bench download.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -23,8 +35,9 @@ from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
 from icml26.core.lm import load_lm
 from icml26.core.torchutil import bootstrap_ci, check_device, parse_dtype
-from icml26.corrsteer.experiment import Splits, run_seed, unsteered_pass
+from icml26.corrsteer.experiment import Splits, run_seed, sft_baseline, unsteered_pass
 from icml26.corrsteer.sae import load_sae
+from icml26.corrsteer.sft import SFTConfig
 from icml26.corrsteer.stage import sae_stage
 from icml26.corrsteer.train import TrainConfig, blocks
 
@@ -34,22 +47,65 @@ CANDIDATE_TASKS = (  # English knowledge/reasoning tasks with 3-5 options and sh
     "logical_deduction/three_objects", "physics", "social_iqa", "movie_recommendation",
     "ruin_names", "disambiguation_qa", "hindu_knowledge",
 )
-TINY_TASKS = ("goal_step_wikihow/step_inference", "social_iqa")
+TINY_TASKS = ("disambiguation_qa", "social_iqa")  # short prompts: tiny stays < 60 s
+TINY_FIXTURE = Path(__file__).parent / "data" / "tiny_items.json"
+BBQ_PREFIX = "bbq_lite_json/"
+PART_NAMES = {"mmlu": "MMLU stand-in", "bbq": "BBQ"}
 
 
 def _settings(ctx: RunContext, n_layers: int) -> dict:
-    layers = ctx.options.get("layers")
-    return ctx.pick(
+    o = ctx.options
+    S = ctx.pick(
         tiny=dict(layers=[3], train=TrainConfig(d_sae=256, k=16, epochs=2, batch_size=256, lr=1e-3),
                   n_train=10_000, n_eval=2_000, splits=Splits(48, 16, 32), seeds=[0], n_random=2,
-                  probe=0, max_tasks=2),
+                  probe=0, max_tasks=2, parts=["mmlu"], bbq_splits=Splits(24, 8, 16), sft=[],
+                  sft_epochs=1, sft_seeds=1),
         small=dict(layers=[8, 15, 22], train=TrainConfig(d_sae=4096, k=32, epochs=3, batch_size=512, lr=5e-4),
                    n_train=50_000, n_eval=10_000, splits=Splits(500, 150, 300), seeds=[0, 1, 2],
-                   n_random=5, probe=20, max_tasks=6),
+                   n_random=5, probe=20, max_tasks=6, parts=["mmlu", "bbq"], bbq_splits=Splits(400, 100, 300),
+                   sft=["mmlu", "bbq"], sft_epochs=1, sft_seeds=1),
         full=dict(layers=list(range(n_layers)), train=TrainConfig(d_sae=16384, k=64, epochs=1),
                   n_train=2_000_000, n_eval=100_000, splits=Splits(4000, 500, 2000), seeds=[0, 1, 2],
-                  n_random=5, probe=100, max_tasks=12),
-    ) | ({"layers": [int(x) for x in layers.split(",")]} if layers else {})
+                  n_random=5, probe=100, max_tasks=12, parts=["mmlu", "bbq"], bbq_splits=Splits(4000, 500, 2000),
+                  sft=["mmlu", "bbq"], sft_epochs=None, sft_seeds=3),
+    )
+    if o.get("layers"):
+        S["layers"] = [int(x) for x in o["layers"].split(",")]
+    for key in ("parts", "sft"):
+        if key in o:
+            S[key] = [] if o[key] in ("", "none") else o[key].split(",")
+            bad = [p for p in S[key] if p not in PART_NAMES]
+            if bad:
+                raise UserError(f"--opt {key}: unknown part(s) {bad}; choose from {list(PART_NAMES)}")
+    for key in ("sft_epochs", "sft_seeds"):
+        if key in o:
+            S[key] = int(o[key])
+    if "seeds" in o:
+        S["seeds"] = list(range(int(o["seeds"])))
+    if not S["parts"]:
+        raise UserError("--opt parts is empty; choose from " + ", ".join(PART_NAMES))
+    return S
+
+
+def tiny_items() -> list:
+    """The packaged tiny-scale items (a seeded excerpt of two BIG-bench tasks, Apache-2.0)."""
+    import json
+
+    from icml26.core.mcq import MCQItem
+
+    data = json.loads(TINY_FIXTURE.read_text())
+    return [MCQItem(id=r["id"], task=r["task"], question=r["question"], choices=tuple(r["choices"]),
+                    answer=r["answer"], scores=None if r["scores"] is None else tuple(r["scores"]),
+                    prompt=r["prompt"]) for r in data["items"]]
+
+
+def bbq_tasks() -> list[str]:
+    from icml26.core.mcq import bigbench_tasks
+
+    tasks = [t for t in bigbench_tasks() if t.startswith(BBQ_PREFIX)]
+    if not tasks:
+        raise UserError("the BIG-bench index has no bbq_lite_json tasks; rebuild it (make setup)")
+    return tasks
 
 
 def choose_tasks(model, tok, n_probe: int, max_tasks: int, need: int, seed: int, progress=None):
@@ -106,7 +162,6 @@ def run(ctx: RunContext) -> Result:
     S = _settings(ctx, len(blocks(model)))
     layers = S["layers"]
     if ctx.options.get("sae_dir"):
-        from pathlib import Path
         saes = {L: load_sae(Path(ctx.options["sae_dir"]) / f"L{L}", device=device) for L in layers}
         sae_metrics, sae_seconds = {L: {} for L in layers}, 0.0
     else:
@@ -118,57 +173,214 @@ def run(ctx: RunContext) -> Result:
         if s.d_in != model.config.hidden_size:
             raise UserError(f"SAE for layer {L} has d_in={s.d_in}; the model's hidden size is "
                             f"{model.config.hidden_size}")
-    sp = S["splits"]
+    parts = [_run_part(ctx, model, tok, saes, S, p) for p in S["parts"]]
+    return _result(ctx, parts, sae_metrics, sae_seconds, S)
+
+
+def _part_items(ctx, model, tok, S, part: str):
+    """``(items, tasks, probe, fallback, splits)`` of one part (deterministic given the seed)."""
+    sp = S["splits"] if part == "mmlu" else S["bbq_splits"]
     need = sp.n_train + sp.n_val + sp.n_test
     probe, fallback = [], False
-    if ctx.options.get("tasks"):
-        tasks = ctx.options["tasks"].split(",")
-    elif S["probe"]:
-        from icml26.core.checkpoint import Memo
-
-        memo = Memo(ctx.out_dir / "memo.json", config={"model": str(model_name), "probe": S["probe"],
-                                                        "tasks": CANDIDATE_TASKS, "seed": ctx.seed})
-        tasks, probe, fallback = memo.compute("tasks", lambda: choose_tasks(
-            model, tok, S["probe"], S["max_tasks"], need, ctx.seed, ctx.progress))
+    if ctx.scale == "tiny" and part == "mmlu":
+        items = tiny_items()
+        if len(items) < need:
+            raise UserError(f"{TINY_FIXTURE} holds {len(items)} items; {need} are needed")
+        items, tasks = items[:need], list(TINY_TASKS)
+    elif part == "bbq":
+        tasks = bbq_tasks()
+        items = _pool(tasks, need, ctx.seed)
     else:
-        tasks = list(TINY_TASKS)
-    items = _pool(tasks, need, ctx.seed)
+        if ctx.options.get("tasks"):
+            tasks = ctx.options["tasks"].split(",")
+        else:
+            from icml26.core.checkpoint import Memo
+
+            memo = Memo(ctx.out_dir / "memo.json", config={"model": str(ctx.options.get("model")),
+                                                            "probe": S["probe"], "tasks": CANDIDATE_TASKS,
+                                                            "seed": ctx.seed})
+            tasks, probe, fallback = memo.compute("tasks", lambda: choose_tasks(
+                model, tok, S["probe"], S["max_tasks"], need, ctx.seed, ctx.progress))
+        items = _pool(tasks, need, ctx.seed)
+    return items, tasks, probe, fallback, sp
+
+
+def _sft_units(ctx, model, tok, S, part: str, items, sp) -> list[dict]:
+    """The SFT baseline per split seed, memoised in ``<out>/sft_<part>.json`` (one unit per seed),
+    so an interrupted run resumes and :func:`sft_worker` can compute the units in another process
+    (the claim waits for a live worker's lock instead of duplicating its work)."""
+    import os
+    import time
+
+    from icml26.core.checkpoint import Memo
+    from icml26.corrsteer.experiment import ItemPass
+    from icml26.corrsteer.mcqsteer import encode_items, letter_token_ids
+
+    epochs = S["sft_epochs"] or int(np.ceil(4000 / sp.n_train))  # the paper's num_samples = 4000
+    cfg = SFTConfig(epochs=epochs)
+    path = ctx.out_dir / f"sft_{part}.json"
+    config = {"model": str(ctx.options.get("model")), "dtype": ctx.options.get("dtype", "bf16"),
+              "part": part, "splits": [sp.n_train, sp.n_val, sp.n_test], "cfg": cfg.__dict__,
+              "items": [it.id for it in items]}
+    lock = path.with_suffix(".lock")
+    data = None
+    out = []
+    for s in S["seeds"][:S["sft_seeds"]]:
+        key = f"seed{ctx.seed + s}"
+        while key not in Memo(path, config=config) and lock.is_file():
+            try:  # wait while another process named in the lock (a worker) is alive
+                pid = int(lock.read_text().strip())
+                if pid == os.getpid():
+                    break
+                os.kill(pid, 0)
+            except (OSError, ValueError):
+                break
+            time.sleep(10)
+        memo = Memo(path, config=config)
+        if key not in memo:
+            if data is None:
+                letters = letter_token_ids(tok, max(len(it.choices) for it in items))
+                data = ItemPass(items, encode_items(tok, items), letters, np.zeros(len(items), bool))
+            r = sft_baseline(model, data, sp, ctx.seed + s, cfg, ctx.progress)
+            memo.put(key, {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()})
+        r = dict(Memo(path, config=config).get(key))
+        r.update({k: np.asarray(r[k], dtype=bool) for k in ("base", "sft")})
+        out.append(r)
+    return out
+
+
+def sft_worker(scale: str = "small", out_root: str = "results", seed: int = 0, **options) -> None:
+    """Compute a claim run's SFT units in this process (run next to ``icml26 reproduce corrsteer``
+    with the same ``--out``/``--opt``; the claim then reads them instead of training)."""
+    import os
+
+    device = check_device("cpu")
+    ctx = RunContext(scale=scale, seed=seed, device=device, out_dir=Path(out_root) / "corrsteer" / scale,
+                     options=options)
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    model, tok = load_lm(options.get("model"), dtype=parse_dtype(options.get("dtype", "bf16")), device=device)
+    S = _settings(ctx, len(blocks(model)))
+    for part in S["sft"]:
+        lock = ctx.out_dir / f"sft_{part}.lock"
+        lock.write_text(str(os.getpid()))
+        try:
+            items, _, _, _, sp = _part_items(ctx, model, tok, S, part)
+            _sft_units(ctx, model, tok, S, part, items, sp)
+        finally:
+            lock.unlink(missing_ok=True)
+
+
+def _run_part(ctx, model, tok, saes, S, part: str) -> dict:
+    import time
+
+    t0 = time.perf_counter()
+    layers = S["layers"]
+    items, tasks, probe, fallback, sp = _part_items(ctx, model, tok, S, part)
     data = unsteered_pass(model, tok, items, layers, ctx.progress, keep_cache=True)
     runs = [run_seed(model, data, saes, sp, ctx.seed + s, n_random=S["n_random"], progress=ctx.progress)
             for s in S["seeds"]]
-    return _result(ctx, runs, tasks, probe, fallback, sae_metrics, sae_seconds, data, S)
+    data.caches = None
+    sft = _sft_units(ctx, model, tok, S, part, items, sp) if part in S["sft"] else []
+    by_task = {}
+    for it in items:
+        by_task[it.task] = by_task.get(it.task, 0) + 1
+    return {"part": part, "name": PART_NAMES[part], "runs": runs, "tasks": tasks, "probe": probe,
+            "fallback": fallback, "splits": sp, "sft": sft, "n_items": len(items),
+            "items_per_task": by_task, "seconds": time.perf_counter() - t0}
 
 
-def _result(ctx, runs, tasks, probe, fallback, sae_metrics, sae_seconds, data, S) -> Result:
-    from icml26.corrsteer.figures import claim_figure
-
+def _rows(ctx, P: dict) -> list[dict]:
+    runs, name = P["runs"], P["name"]
     names = runs[0]["names"]
-    diffs = {n: np.concatenate([r["test"][k].astype(float) - r["test"][0] for r in runs])
-             for k, n in enumerate(names)}
     rows = []
     for k, n in enumerate(names):
+        diff = np.concatenate([r["test"][k].astype(float) - r["test"][0] for r in runs])
         per_seed = [100 * float(r["test"][k].mean() - r["test"][0].mean()) for r in runs]
-        ci = bootstrap_ci(lambda d: 100 * float(d.mean()), diffs[n], seed=ctx.seed) if k else (0.0, 0.0)
+        ci = bootstrap_ci(lambda d: 100 * float(d.mean()), diff, seed=ctx.seed) if k else (0.0, 0.0)
         better = int(sum((r["test"][k] > r["test"][0]).sum() for r in runs))
         worse = int(sum((r["test"][k] < r["test"][0]).sum() for r in runs))
         rows.append({
+            "task": name,
             "system": n,
             "test acc %": round(100 * float(np.mean([r["test"][k].mean() for r in runs])), 2),
             "Δacc pp": round(float(np.mean(per_seed)), 2),
             "Δ min/max over seeds": f"{min(per_seed):+.2f} / {max(per_seed):+.2f}",
             "Δ 95% CI": f"[{ci[0]:+.2f}, {ci[1]:+.2f}]",
+            "better/worse": f"{better}/{worse}",
             "SER": None if better + worse == 0 else round(worse / (better + worse), 3),
             "features": "; ".join(
                 "|".join(f"L{f['layer']}#{f['index']}({f['r']:+.2f})" for f in r["features"][n]) or "—"
                 for r in runs),
         })
-    head = diffs["CorrSteer-P"]
-    ci = bootstrap_ci(lambda d: 100 * float(d.mean()), head, seed=ctx.seed)
+    if P["sft"]:
+        sft = P["sft"]
+        diff = np.concatenate([x["sft"].astype(float) - x["base"] for x in sft])
+        per_seed = [100 * float(x["sft"].mean() - x["base"].mean()) for x in sft]
+        ci = bootstrap_ci(lambda d: 100 * float(d.mean()), diff, seed=ctx.seed)
+        better = int(sum((x["sft"] > x["base"]).sum() for x in sft))
+        worse = int(sum((x["sft"] < x["base"]).sum() for x in sft))
+        st = sft[0]["stats"]
+        rows.append({
+            "task": name,
+            "system": "SFT (full fine-tune)",
+            "test acc %": round(100 * float(np.mean([x["sft"].mean() for x in sft])), 2),
+            "Δacc pp": round(float(np.mean(per_seed)), 2),
+            "Δ min/max over seeds": f"{min(per_seed):+.2f} / {max(per_seed):+.2f}",
+            "Δ 95% CI": f"[{ci[0]:+.2f}, {ci[1]:+.2f}]",
+            "better/worse": f"{better}/{worse}",
+            "SER": None if better + worse == 0 else round(worse / (better + worse), 3),
+            "features": (f"seeds {[x['seed'] for x in sft]}; {st['steps']} steps (batch 1, {st['epochs']} "
+                         f"epoch), lr {st['lr']:g}, loss {st['loss_first10pct']:.2f}→{st['loss_last10pct']:.2f}; "
+                         f"vs fp32 reference {100 * float(np.mean([x['base'].mean() for x in sft])):.2f}%"),
+        })
+    return rows
+
+
+def _part_notes(P: dict, S: dict) -> list[str]:
+    runs, name, sp = P["runs"], P["name"], P["splits"]
     kept = [len(r["features"]["CorrSteer-P"]) for r in runs]
-    figs = [claim_figure(ctx.out_dir / "corrsteer.png", runs, rows, sae_metrics)]
+    if P["part"] == "bbq":
+        head = (f"{name}: BIG-bench bbq_lite_json, {len(P['tasks'])} subtasks (ambig + disambig), "
+                f"{P['n_items']} items pooled evenly")
+    else:
+        head = f"{name}: BIG-bench tasks {P['tasks']}"
+    notes = [
+        head + f"; letter answers (' A'..), argmax restricted to the item's letters; splits "
+        f"{sp.n_train}/{sp.n_val}/{sp.n_test} per seed, split seeds {[r['seed'] for r in runs]}; "
+        f"base train accuracy {[round(r['base_train_acc'], 3) for r in runs]}.",
+        f"{name}: CorrSteer-P kept {kept} features (per seed) out of {len(S['layers'])} layers; CAA strength "
+        f"picked on validation {[r['caa_strength'] for r in runs]}; part wall time {P['seconds']:.0f} s.",
+    ]
+    if P["probe"]:
+        notes.append(f"{name} task probe (unsteered only): " + ", ".join(
+            f"{p['task']} {p['acc']:.2f} (chance {p['chance']:.2f})" for p in P["probe"]))
+    if P["fallback"]:
+        notes.append(f"{name}: no task met the base-accuracy window; the two with the largest margin "
+                     "over chance were used.")
+    for x in P["sft"]:
+        st = x["stats"]
+        notes.append(f"{name} SFT seed {x['seed']}: {st['steps']} steps, warm-up {st['warmup']}, lr {st['lr']:g}, "
+                     f"{x['changed']} of {len(x['base'])} test answers changed, fp32 reference acc "
+                     f"{100 * x['base'].mean():.2f}% → {100 * x['sft'].mean():.2f}% ({x['seconds']:.0f} s).")
+    return notes
+
+
+def _result(ctx, parts, sae_metrics, sae_seconds, S) -> Result:
+    from icml26.corrsteer.figures import claim_figure
+
+    rows = [row for P in parts for row in _rows(ctx, P)]
+    main = next((P for P in parts if P["part"] == "mmlu"), parts[0])
+    head = np.concatenate([r["test"][r["names"].index("CorrSteer-P")].astype(float) - r["test"][0]
+                           for r in main["runs"]])
+    ci = bootstrap_ci(lambda d: 100 * float(d.mean()), head, seed=ctx.seed)
+    figs = [claim_figure(ctx.out_dir / "corrsteer.png", parts, rows, sae_metrics)]
     atomic_write_json(ctx.out_dir / "details.json", {
-        "tasks": tasks, "probe": probe, "sae_metrics": sae_metrics, "sae_stage_seconds": sae_seconds,
-        "runs": [{k: v for k, v in r.items() if k not in ("test", "test_idx")} for r in runs]})
+        "sae_metrics": sae_metrics, "sae_stage_seconds": sae_seconds,
+        "parts": [{"part": P["part"], "tasks": P["tasks"], "probe": P["probe"], "seconds": P["seconds"],
+                   "items_per_task": P["items_per_task"],
+                   "runs": [{k: v for k, v in r.items() if k not in ("test", "test_idx")} for r in P["runs"]],
+                   "sft": [{k: v for k, v in x.items() if k not in ("test_idx", "base", "sft")}
+                           for x in P["sft"]]} for P in parts]})
     notes = [
         f"Model: {ctx.options.get('model') or 'SmolLM2-135M-Instruct (packaged, Q4_1 GGUF dequantized)'}; "
         f"SAEs at layers {S['layers']}, {S['train'].d_sae} latents, TopK k={S['train'].k}, "
@@ -180,17 +392,20 @@ def _result(ctx, runs, tasks, probe, fallback, sae_metrics, sae_seconds, data, S
         "Gates from the issue (EV >= 0.8, dead <= 5%, loss recovered >= 0.85): " + ", ".join(
             f"L{L} {'pass' if m.get('explained_variance', 0) >= 0.8 and m.get('dead_fraction', 1) <= 0.05 and m.get('loss_recovered', 0) >= 0.85 else 'FAIL'}"
             for L, m in sae_metrics.items()),
-        f"MMLU stand-in: BIG-bench tasks {tasks}; letter answers (' A'..), argmax restricted to the "
-        f"item's letters; splits {S['splits'].n_train}/{S['splits'].n_val}/{S['splits'].n_test} per seed, "
-        f"split seeds {[r['seed'] for r in runs]}.",
-        ("Task probe (unsteered only): " + ", ".join(f"{p['task']} {p['acc']:.2f} (chance {p['chance']:.2f})" for p in probe)
-         if probe else "Tasks fixed in advance (no probe at this scale)."),
-        *(["No task met the base-accuracy window; the two with the largest margin over chance were used."] if fallback else []),
-        f"CorrSteer-P kept {kept} features (per seed) out of {len(S['layers'])} layers.",
-        f"CAA strength picked on validation: {[r['caa_strength'] for r in runs]}.",
-        "Spread: paired bootstrap 95% CI over (item, seed) pairs; SER = #worse/(#better+#worse) vs unsteered.",
-        "Not run (time): BBQ, HarmBench refusal; the paper's SFT baseline.",
+        *(["MMLU stand-in items: the packaged tiny excerpt of BIG-bench (data/tiny_items.json)."]
+          if ctx.scale == "tiny" and "mmlu" in S["parts"] else []),
+        *[n for P in parts for n in _part_notes(P, S)],
+        f"Headline on the {main['name']} part.",
+        "Spread: paired bootstrap 95% CI over (item, seed) pairs; SER = #worse/(#better+#worse) vs unsteered "
+        "(SFT: vs the same float32 weights before training, bf16 autocast for both).",
+        "Not run: the HarmBench refusal task and over-refusal (see docs/corrsteer.md).",
     ]
-    return Result(rows=rows, headline=Measure("CorrSteer-P Δaccuracy vs unsteered", 100 * float(head.mean()),
-                                              "pp", ci, higher_is_better=True),
+    return Result(rows=rows, headline=Measure(f"CorrSteer-P Δaccuracy vs unsteered ({main['name']})",
+                                              100 * float(head.mean()), "pp", ci, higher_is_better=True),
                   target=TARGET, notes=notes, figures=figs)
+
+
+if __name__ == "__main__":  # python -m icml26.corrsteer.claim small /tmp/out key=value ...: SFT units
+    import sys
+
+    sft_worker(sys.argv[1], sys.argv[2], **dict(a.split("=", 1) for a in sys.argv[3:]))

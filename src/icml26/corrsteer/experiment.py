@@ -22,7 +22,7 @@ from icml26.corrsteer.correlate import CorrelationAccumulator, check_rewards
 from icml26.corrsteer.mcqsteer import encode_items, letter_token_ids, score_item
 from icml26.corrsteer.steer import Feature, select, side_effect_ratio, steering_deltas
 
-__all__ = ["Splits", "ItemPass", "unsteered_pass", "score_systems", "run_seed"]
+__all__ = ["Splits", "ItemPass", "unsteered_pass", "score_systems", "run_seed", "sft_baseline"]
 
 
 @dataclass(frozen=True)
@@ -158,3 +158,36 @@ def run_seed(model, data: ItemPass, saes: dict, splits: Splits, seed: int, *, n_
         "base_train_acc": float(y.mean()),
         "ser": {n: side_effect_ratio(test[0], test[k]) for k, n in enumerate(names)},
     }
+
+
+def sft_baseline(model, data: ItemPass, splits: Splits, seed: int, cfg=None, progress=None) -> dict:
+    """The paper's SFT baseline on one split seed: fine-tune on the train items' gold letters,
+    score the test items; the reference is the same float32 copy before training (both scored
+    the same way), so ``SER`` and ``Δacc`` measure training alone."""
+    import copy
+    import time
+
+    from icml26.corrsteer.sft import SFTConfig, finetune_letters, letter_logits
+
+    cfg = cfg or SFTConfig()
+    cfg = SFTConfig(**{**cfg.__dict__, "seed": seed})
+    tr, _, te = splits.make(len(data.items), seed)
+    t0 = time.perf_counter()
+    te_ids = [data.ids[i] for i in te]
+    base = copy.deepcopy(model).float().eval()
+    base_logits = letter_logits(base, te_ids, data.letters, progress, f"SFT reference (seed {seed})",
+                                compute_dtype=cfg.compute_dtype)
+    del base
+    ft, stats = finetune_letters(model, [data.ids[i] for i in tr],
+                                 [data.letters[data.items[i].answer] for i in tr], cfg, progress,
+                                 f"SFT (seed {seed})")
+    ft_logits = letter_logits(ft, te_ids, data.letters, progress, f"SFT test (seed {seed})",
+                              compute_dtype=cfg.compute_dtype)
+    del ft
+    base_c = np.array([_correct(base_logits[j:j + 1], data.items[i])[0] for j, i in enumerate(te)])
+    ft_c = np.array([_correct(ft_logits[j:j + 1], data.items[i])[0] for j, i in enumerate(te)])
+    return {"seed": seed, "test_idx": te, "base": base_c, "sft": ft_c, "stats": stats,
+            "seconds": time.perf_counter() - t0, "ser": side_effect_ratio(base_c, ft_c),
+            "changed": int(sum(int(base_logits[j, :len(data.items[i].choices)].argmax()
+                                   != ft_logits[j, :len(data.items[i].choices)].argmax())
+                               for j, i in enumerate(te)))}

@@ -17,26 +17,33 @@ def _ci(text: str) -> tuple[float, float]:
     return lo, hi
 
 
-def claim_figure(path: Path, runs: list[dict], rows: list[dict], sae_metrics: dict) -> Path:
+def claim_figure(path: Path, parts: list[dict], rows: list[dict], sae_metrics: dict) -> Path:
+    """``parts``: the claim's task parts (each with ``name`` and ``runs``); ``rows``: its table."""
     plt = pyplot()
-    fig, ax = plt.subplots(2, 2, figsize=(12, 8))
+    n_sys = sum(1 for r in rows if r["system"] != "unsteered")
+    fig, ax = plt.subplots(2, 2, figsize=(13, max(8, 4 + 0.22 * n_sys)))
     a = ax[0, 0]
-    for L, vals in sorted(runs[0]["top_r"].items()):
-        a.plot(range(1, len(vals) + 1), vals, marker="o", label=f"layer {L}")
+    styles = ["-", "--", ":"]
+    for p, P in enumerate(parts):
+        run = P["runs"][0]
+        for L, vals in sorted(run["top_r"].items()):
+            a.plot(range(1, len(vals) + 1), vals, marker="o", ls=styles[p % 3], label=f"{P['name']} L{L}")
     a.set_xlabel("rank")
     a.set_ylabel("|Pearson r| with correctness")
-    a.set_title(f"Top |r| per layer (train split, seed {runs[0]['seed']})")
-    a.legend(fontsize=8)
-    sys_rows = rows[1:]
-    names = [r["system"] for r in sys_rows]
+    a.set_title(f"Top |r| per layer (train split, seed {parts[0]['runs'][0]['seed']})")
+    a.legend(fontsize=7)
+    sys_rows = [r for r in rows if r["system"] != "unsteered"]
+    names = [f"{r.get('task', '')} · {r['system']}" if len(parts) > 1 else r["system"] for r in sys_rows]
     vals = np.array([r["Δacc pp"] for r in sys_rows])
     cis = np.array([_ci(r["Δ 95% CI"]) for r in sys_rows])
     y = np.arange(len(names))
     a = ax[0, 1]
-    colors = ["tab:blue" if n.startswith("CorrSteer") else "tab:gray" for n in names]
-    a.barh(y, vals, color=colors, xerr=np.abs(np.stack([vals - cis[:, 0], cis[:, 1] - vals])), capsize=3)
+    colors = ["tab:blue" if r["system"].startswith("CorrSteer") else
+              "tab:orange" if r["system"].startswith("SFT") else "tab:gray" for r in sys_rows]
+    err = np.abs(np.stack([vals - cis[:, 0], cis[:, 1] - vals]))
+    a.barh(y, vals, color=colors, xerr=err, capsize=3)
     a.axvline(0, color="k", lw=0.8)
-    a.set_yticks(y, names, fontsize=8)
+    a.set_yticks(y, names, fontsize=7)
     a.invert_yaxis()
     a.set_xlabel("Δ test accuracy vs unsteered (pp), 95% CI")
     a.set_title("Accuracy change")
@@ -44,10 +51,10 @@ def claim_figure(path: Path, runs: list[dict], rows: list[dict], sae_metrics: di
     ser = [np.nan if r["SER"] is None else r["SER"] for r in sys_rows]
     a.barh(y, ser, color=colors)
     a.axvline(0.5, color="k", lw=0.8, ls="--")
-    a.set_yticks(y, names, fontsize=8)
+    a.set_yticks(y, names, fontsize=7)
     a.invert_yaxis()
     a.set_xlim(0, 1)
-    a.set_xlabel("side-effect ratio #worse/(#better+#worse)")
+    a.set_xlabel("side-effect ratio #worse/(#better+#worse); blank = no answer changed")
     a.set_title("Side effects (lower is better)")
     a = ax[1, 1]
     for L, m in sorted(sae_metrics.items()):
