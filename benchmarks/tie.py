@@ -5,8 +5,14 @@
 2. Score: TIE's quadrature (batched, and one request at a time) vs the official 10k-sample Monte
    Carlo; rank agreement (Spearman) of the two on the same requests.
 3. Queue: TIEQueue (lazy-deletion heap) vs re-sorting a list at every admission, 10^4 waiting.
+4. Length sampler (``--sampler``, SmolLM2-135M-Instruct bf16, 1 thread): the preallocated-KV
+   engine with inverse-CDF draws vs the earlier code (concatenating KV, ``torch.multinomial``) on
+   the same prompts, batch, cap and seed; tokens/s of wall and of process CPU time (the CPU figure
+   is the one that survives a loaded machine). Default size 12 prompts x 8 samples, batch 32, cap
+   384, so the batch refills several times (a steady state, not one batch draining).
 
-Usage: ``python benchmarks/tie.py [--out DIR] [--quick]``; writes tie.json and tie.png.
+Usage: ``python benchmarks/tie.py [--out DIR] [--quick] [--sampler]``; writes tie.json and tie.png
+(``--sampler`` writes tie_sampler.json only).
 """
 
 from __future__ import annotations
@@ -100,12 +106,48 @@ def bench_queue(n_wait: int, n_ops: int) -> dict:
     return {"waiting": n_wait, "heap_us_per_op": heap_us, "resort_us_per_op": sort_us, "speedup": sort_us / heap_us}
 
 
+def bench_sampler(n_prompts: int, n_samples: int, batch: int, cap: int) -> dict:
+    import torch
+
+    from icml26.core.lm import load_lm
+    from icml26.tie.lengthstudy import StudyConfig, study_prompts
+    from icml26.tie.sampling import SampleConfig, sample_lengths
+
+    model, tok = load_lm(None, dtype=torch.bfloat16, device="cpu")
+    prompts = [p for _, p in study_prompts(StudyConfig())[:n_prompts]]
+    out = {"model": "SmolLM2-135M-Instruct bf16", "threads": torch.get_num_threads(), "prompts": n_prompts,
+           "samples": n_samples, "batch": batch, "cap": cap}
+    # after: preallocated KV + inverse-CDF draws; before: the earlier code (concatenated KV, multinomial)
+    for engine, draw in (("static", "cdf"), ("concat", "multinomial")):
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = sample_lengths(model, tok, prompts,
+                             SampleConfig(n_samples, cap, 1.0, batch, seed=0, engine=engine, draw=draw))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        toks = sum(sum(r["lengths"]) for r in res.values())
+        out[engine] = {"tokens": toks, "wall_s": wall, "cpu_s": cpu, "tok_per_s_wall": toks / wall,
+                       "tok_per_s_cpu": toks / cpu, "draw": draw,
+                       "capped": sum(sum(r["censored"]) for r in res.values()),
+                       "mean_length": toks / (n_prompts * n_samples)}
+        print(engine, out[engine], flush=True)
+    out["speedup_cpu"] = out["static"]["tok_per_s_cpu"] / out["concat"]["tok_per_s_cpu"]
+    out["speedup_wall"] = out["static"]["tok_per_s_wall"] / out["concat"]["tok_per_s_wall"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="benchmarks/out/tie")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (for a smoke run)")
+    ap.add_argument("--sampler", action="store_true", help="only the length-sampler benchmark (SmolLM2)")
+    ap.add_argument("--sampler-size", default="12,8,32,384", help="prompts,samples,batch,cap")
     a = ap.parse_args()
     out = Path(a.out)
+    if a.sampler:
+        res = bench_sampler(*(int(x) for x in a.sampler_size.split(",")))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "tie_sampler.json").write_text(json.dumps(res, indent=2))
+        print(json.dumps(res, indent=2))
+        return
     res = {"sim": bench_sim(*((5000, 2000) if a.quick else (100_000, 20_000))),
            "score": bench_score(*((2000, 100) if a.quick else (20_000, 500))),
            "queue": bench_queue(*((2000, 500) if a.quick else (10_000, 2000)))}

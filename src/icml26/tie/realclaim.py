@@ -3,7 +3,7 @@
 Three parts, as in the issue:
 
 - **Tail.** Prompts from six families (:mod:`icml26.tie.prompts`), SmolLM2-135M-Instruct with its
-  chat template, T = 1.0, cap 256 tokens, sampled by the refilling batched sampler and cached per
+  chat template, T = 1.0, cap 1024 tokens at ``small`` (48 at ``tiny``), sampled by the refilling batched sampler and cached per
   (model, dtype, T, cap, seed) (:mod:`icml26.tie.lengthstudy`). Reported: skewness, CV, top-10%
   token share, P99/P50, cap-hit rate; KS pass rates (p > 0.05, parametric-bootstrap p-values)
   for log-t nu = 3.5, free nu and log-normal on the KS subset; held-out log-likelihood of log-t
@@ -12,8 +12,8 @@ Three parts, as in the issue:
   features = frozen all-MiniLM-L6-v2 ``[CLS, mean, max]`` pooled over the prompt text; the
   official heads, 5-fold cross-fitted *by prompt*; R^2 of mu and sigma overall and within family,
   against a family-mean predictor (training-fold family means).
-- **Scheduling.** Llama-3-8B roofline on one H100, max_num_seqs 32, x_max = cap = 256 (the engine
-  serves max_tokens = 256, as the sampler did), real prompt token counts; each simulated request
+- **Scheduling.** Llama-3-8B roofline on one H100, max_num_seqs 32, x_max = cap (the engine
+  serves max_tokens = cap, as the sampler did), real prompt token counts; each simulated request
   picks a prompt uniformly and takes a *held-out* SmolLM2 length of that prompt as its true
   output length. Policies FCFS, SSJF, LTR, SEPT, TIE-lognormal, TIE, oracle SJF; loads as a
   fraction of FCFS capacity; headline PTLA(LTR)/PTLA(TIE) at load 0.9, mean and min/max over seeds.
@@ -22,8 +22,9 @@ Options: ``prompts``, ``samples``, ``ks_prompts``, ``ks_samples``, ``n_label``, 
 ``boot`` (KS bootstrap replicates), ``batch`` (sampler batch), ``device`` (sampler; default
 cuda when available), ``model`` (HF folder; default
 SmolLM2), ``requests``, ``seeds``, ``loads``. The defaults at ``small`` are reduced (see ``SMALL``);
-the issue's small size is ``--opt prompts=96 samples=12 ks_prompts=16 ks_samples=48`` (~120-200k sampled tokens: hours on one loaded CPU
-core, minutes on a GPU with ``model=`` a local folder; the cache makes it resumable).
+the issue's small size is ``--opt prompts=96 samples=12 ks_prompts=16 ks_samples=48`` (~300-400k
+sampled tokens at cap 1024: hours on one loaded CPU core even with the preallocated-KV sampler,
+minutes on a GPU with ``model=`` a local folder; the cache makes it resumable).
 """
 
 from __future__ import annotations
@@ -62,10 +63,10 @@ HEADLINE_LOAD = 0.9
 PAPER_KS = {"log-t nu=3.5": 0.906, "log-t free nu": 0.931, "log-normal": 0.603}
 PAPER_TAIL = {"skew": 3.10, "cv": 1.09, "top10_share": 0.357, "p99_p50": 10.77}
 
-# `small` sampling sizes: reduced from the issue's 96 x 12 + 16 x 48 (see docs/tie.md), because the
-# shared 2-core machine (load 13-17) sampled SmolLM2 at ~5 tok/s per process; the issue's size is
+# `small` sampling sizes: reduced from the issue's 96 x 12 + 16 x 48 at cap 1024 (see docs/tie.md):
+# what one sampler process at ~1/4 of a loaded 2-core CPU drew in 46 min; the issue's size is
 # --opt prompts=96 samples=12 ks_prompts=16 ks_samples=48 (the simulation sizes are the issue's)
-SMALL = {"prompts": 24, "samples": 6, "ks_prompts": 6, "ks_samples": 24}
+SMALL = {"prompts": 24, "samples": 8, "ks_prompts": 6, "ks_samples": 24, "cap": 1024}
 SMALL_SIM = {"requests": 4000, "seeds": 5, "loads": "0.6,0.7,0.8,0.9,1.0"}  # the issue's
 TINY = {"prompts": 12, "samples": 8, "ks_prompts": 6, "ks_samples": 8}
 
@@ -80,7 +81,7 @@ def study_config(ctx: RunContext) -> StudyConfig:
         n_samples=_opt(ctx, "samples", TINY["samples"], SMALL["samples"], 12),
         ks_prompts=_opt(ctx, "ks_prompts", TINY["ks_prompts"], SMALL["ks_prompts"], 16),
         ks_samples=_opt(ctx, "ks_samples", TINY["ks_samples"], SMALL["ks_samples"], 48),
-        cap=_opt(ctx, "cap", 48, 256),
+        cap=_opt(ctx, "cap", 48, SMALL["cap"]),
         model=ctx.options.get("model", "smollm2"),
         batch_size=_opt(ctx, "batch", 64, 64),
         device=ctx.options.get("device", "auto"),

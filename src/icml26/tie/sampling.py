@@ -1,9 +1,11 @@
 """Sample output lengths of a causal LM, many completions per prompt, with batch refilling.
 
 ``sample_lengths`` runs a hand-written decode loop over a pool of ``batch_size`` rows. A row whose
-completion ends (EOS or the ``cap``) leaves the batch at once (its KV rows are dropped), and when
-the pool falls to ``refill_at`` rows a new group of jobs is prefilled and merged in (left-padded
-KV, per-row position ids), so the batch never idles on finished rows the way ``generate`` does.
+completion ends (EOS or the ``cap``) leaves the batch at once, and new jobs are prefilled and
+refilled in (per-row position ids), so the batch never idles on finished rows the way ``generate``
+does. Two engines draw from the same distribution: ``static`` (Llama-architecture models; a
+preallocated KV cache written in place, :mod:`icml26.tie.fastdecode`) and ``concat`` (any HF causal
+LM; left-padded KV rebuilt by concatenation each step, several times slower under load).
 
 Length convention: the number of generated tokens *including* the EOS token (so ``>= 1``); a
 completion that reaches ``cap`` without EOS is recorded as ``cap`` and flagged censored (its true
@@ -39,6 +41,13 @@ class SampleConfig:
     refill_at: int | None = None  # default batch_size // 2
     seed: int = 0
     checkpoint_s: float = 30.0
+    # "auto": the preallocated-KV loop (icml26.tie.fastdecode) for Llama-architecture models, else
+    # "concat"; both sample the same distribution (not part of any cache key)
+    engine: str = "auto"
+    # "cdf": inverse-CDF draw (float64 cumsum + searchsorted, 5x faster than torch.multinomial on a
+    # 49k vocabulary on CPU); "multinomial": torch.multinomial (the earlier code). Both are exact
+    # draws from softmax(logits / T).
+    draw: str = "cdf"
 
     def __post_init__(self) -> None:
         if self.n_samples < 2:
@@ -49,6 +58,10 @@ class SampleConfig:
             raise ValueError(f"temperature must be > 0; got {self.temperature}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {self.batch_size}")
+        if self.engine not in ("auto", "static", "concat"):
+            raise ValueError(f"engine must be 'auto', 'static' or 'concat'; got {self.engine!r}")
+        if self.draw not in ("cdf", "multinomial"):
+            raise ValueError(f"draw must be 'cdf' or 'multinomial'; got {self.draw!r}")
 
 
 def prompt_key(prompt: str) -> str:
@@ -64,6 +77,14 @@ def _chat_ids(tok, prompt: str) -> list[int]:
         return list(ids)
     except (ValueError, AttributeError):  # no chat template: plain prompt
         return tok(prompt)["input_ids"]
+
+
+def draw_cdf(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> torch.Tensor:
+    """One exact draw per row from ``softmax(logits / temperature)``: the first index whose float64
+    cumulative probability exceeds ``u * total``, ``u ~ U[0, 1)`` from ``gen`` (CPU)."""
+    cdf = torch.softmax(logits.double().cpu() / temperature, dim=-1).cumsum_(-1)
+    u = torch.rand((cdf.shape[0], 1), generator=gen, dtype=torch.float64) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 
 
 def _pad_time(t: torch.Tensor, T: int) -> torch.Tensor:
@@ -88,12 +109,15 @@ def _make_cache(kv):
 
 
 def sample_lengths(model, tok, prompts: list[str], config: SampleConfig = SampleConfig(),
-                   cache_path: str | Path | None = None, progress=None) -> dict[str, dict]:
+                   cache_path: str | Path | None = None, progress=None, on_step=None) -> dict[str, dict]:
     """Sample ``config.n_samples`` completions for every prompt; return ``{prompt: {"lengths",
     "censored"}}`` (lists of ints / bools, in completion order).
 
     ``model``: an HF causal LM (any device/dtype); ``tok``: its tokenizer (chat template applied
     when it has one). ``progress``: an object with ``task(desc, total)`` (a RunContext progress).
+    ``on_step(job_idx, logits, tokens)`` (testing; static engine only): see
+    :func:`icml26.tie.fastdecode.decode_static`; jobs are the prompts in order, each repeated for its
+    missing samples.
     """
     cfg = config
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -123,9 +147,41 @@ def sample_lengths(model, tok, prompts: list[str], config: SampleConfig = Sample
         advance(1)
 
     def sample(logits: torch.Tensor) -> torch.Tensor:
-        probs = torch.softmax(logits.float() / cfg.temperature, dim=-1).cpu()
-        return torch.multinomial(probs, 1, generator=gen).squeeze(1)
+        if cfg.draw == "multinomial":
+            probs = torch.softmax(logits.float() / cfg.temperature, dim=-1).cpu()
+            return torch.multinomial(probs, 1, generator=gen).squeeze(1)
+        return draw_cdf(logits, cfg.temperature, gen)
 
+    def tick() -> None:
+        nonlocal last_ckpt
+        if cache_path is not None and time.monotonic() - last_ckpt > cfg.checkpoint_s:
+            atomic_write_json(cache_path, done)
+            last_ckpt = time.monotonic()
+
+    from icml26.tie.fastdecode import decode_static, supports_fast
+
+    engine = cfg.engine
+    if engine == "auto":
+        engine = "static" if supports_fast(model) else "concat"
+    if engine == "static":
+        if not supports_fast(model):
+            raise ValueError(f"engine='static' needs a Llama-architecture model; got {type(model).__name__}")
+        decode_static(model, tok.pad_token_id or 0, jobs, batch_size=cfg.batch_size, cap=cfg.cap, eos=eos,
+                      sample=sample, record=record, refill_at=cfg.refill_at, on_step=on_step, tick=tick)
+    else:
+        _decode_concat(model, tok, jobs, cfg, eos, sample, record, tick, refill_at, device)
+    if cache_path is not None:
+        atomic_write_json(cache_path, done)
+    out_map = {}
+    for p in prompts:
+        e = done[prompt_key(p)]
+        out_map[p] = {"lengths": e["lengths"][: cfg.n_samples], "censored": e["censored"][: cfg.n_samples]}
+    return out_map
+
+
+def _decode_concat(model, tok, jobs, cfg, eos, sample, record, tick, refill_at, device) -> None:
+    """The original loop: the KV cache is rebuilt by concatenation at every step (slow; any HF
+    causal LM). Rows leave at once; a group is prefilled and merged when ``<= refill_at`` remain."""
     kv = None  # list of (K, V) per layer, (B, H, T, D)
     mask = pos = last = count = None
     keys: list[str] = []
@@ -184,13 +240,4 @@ def sample_lengths(model, tok, prompts: list[str], config: SampleConfig = Sample
                         mask = mask[:, first:]
                 else:
                     kv = None
-            if cache_path is not None and time.monotonic() - last_ckpt > cfg.checkpoint_s:
-                atomic_write_json(cache_path, done)
-                last_ckpt = time.monotonic()
-    if cache_path is not None:
-        atomic_write_json(cache_path, done)
-    out_map = {}
-    for p in prompts:
-        e = done[prompt_key(p)]
-        out_map[p] = {"lengths": e["lengths"][: cfg.n_samples], "censored": e["censored"][: cfg.n_samples]}
-    return out_map
+            tick()
