@@ -1,17 +1,21 @@
 """The ``uds`` claim: at equal data budget, UDS selection beats Random, MaxLoss and GradNorm on
 held-out loss, and costs less wall-clock than full-data SFT.
 
-Setting (miniature, generated data): a from-scratch byte-level ``tiny_llama`` trained on a pool
-of programmatic instruction pairs (arithmetic and string tasks) with redundant repeats and label
-noise; every arm sees the same pool order, epochs and optimizer steps, and differs only in which
-``budget`` fraction of each step's ``candidates`` it trains on. Finished runs are cached under
-``cache_root()/uds/runs`` so an interrupted reproduction resumes.
+Settings. ``small`` (the issue's): SmolLM2-135M-Instruct with LoRA r=8, alpha=16 on the 7
+projections, one epoch over 256 examples of <= 96 tokens built offline from a seed (Wikipedia
+"What is TITLE?" -> first two sentences, basic arithmetic, GSM-symbolic-style word problems,
+HumanEval prompt -> solution with 40 problems held out), budgets 25% and 12.5%, one LR tuned on
+the full-data arm's validation loss, 96 held-out examples, 2 seeds. ``tiny`` (and
+``model=scratch``): a from-scratch byte-level ``tiny_llama`` on programmatic pairs with redundant
+repeats and label noise. Every arm sees the same pool order, epochs and optimizer steps, and
+differs only in which ``budget`` fraction of each step's ``candidates`` it trains on. Finished
+runs are cached under ``cache_root()/uds/runs`` so an interrupted reproduction resumes.
 
-Options (``--opt key=value``): ``model`` (``smollm2`` or a path: fine-tune that LM with LoRA on
-256 mixed examples <= 96 tokens incl. Wikipedia "What is TITLE?" pairs, instead of the
-from-scratch default), ``alpha`` (UDS weight, default 2.5e-3), ``seeds`` (count),
-``threads`` (torch threads for the runs; default 1, which is faster on a busy 2-core box),
-``no_cache=1``.
+Options (``--opt key=value``): ``model`` (``smollm2`` (small's default), a path to another LM,
+or ``scratch`` for the from-scratch tiny Llama; tiny defaults to scratch), ``lrs`` (the LR grid,
+comma-separated), ``pool`` (LM pool size, default 256), ``budgets`` (comma-separated, must include 0.25), ``dup``/``noise`` (share of repeated templates / random responses in the LM
+pool; default 0), ``alpha`` (UDS weight, default 2.5e-3), ``seeds`` (count), ``threads`` (torch
+threads for the runs; default 1, which is faster on a busy 2-core box), ``no_cache=1``.
 """
 
 from __future__ import annotations
@@ -28,12 +32,12 @@ from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
 from icml26.core.lm import cache_root, tiny_llama
-from icml26.uds.data import FAMILIES, PoolConfig, make_pool, make_val
+from icml26.uds.data import LM_FAMILIES, PoolConfig, answer_spans, make_pool, make_val
 from icml26.uds.loop import TrainConfig, encode, evaluate, train_online
 from icml26.uds.selectors import UDSSelector, make_selector
 
 BASELINES = ("random", "maxloss", "gradnorm")
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 # The code that produced a cached run is part of its key: edits to the method (or to the core
 # pieces it trains with) never reuse stale runs.
 _CODE = source_fingerprint("icml26.uds", "icml26.core.lm", "icml26.core.text")
@@ -72,30 +76,51 @@ def scale_for(ctx: RunContext) -> Scale:
         max_len=48, candidates=64, epochs=3, budgets=(0.25, 0.125), ablation_budget=0.25,
         seeds=3, lrs=(3e-4, 1e-3, 3e-3),
     )  # fmt: skip
-    model = ctx.options.get("model")
+    model = ctx.options.get("model") or ctx.pick(tiny=None, small="smollm2", full=None)
+    if model == "scratch":
+        model = None
     if (
         model
     ):  # a pretrained LM with LoRA (the issue's `small`: SmolLM2-135M, 256 examples <= 96 tokens)
-        lm_pool = PoolConfig(n_train=256, n_test=96, n_val=48, families=FAMILIES)
+        mix = {
+            "dup_frac": float(ctx.options.get("dup", 0.0)),
+            "noise_frac": float(ctx.options.get("noise", 0.0)),
+            "families": LM_FAMILIES,
+        }
+        n_train = int(ctx.options.get("pool", 256))  # the issue: shrink the pool, not the arms
+        lm_pool = PoolConfig(n_train=n_train, n_test=96, n_val=48, **mix)
+        # 8 candidates per optimizer step: 25% keeps 2 of 8, 12.5% keeps 1 of 8
         lm_small = Scale(
             0, 0, 0, lm_pool, 96, 8, 1, (0.25, 0.125), 0.25, 2, (3e-4, 1e-3, 3e-3), lm=model
-        )
+        )  # fmt: skip
         lm_tiny = Scale(
-            0,
-            0,
-            0,
-            PoolConfig(n_train=32, n_test=16, n_val=0, families=FAMILIES),
-            48,
-            8,
-            1,
-            (0.25,),
-            0.25,
-            2,
-            (1e-3,),
-            lm=model,
-        )
-        return ctx.pick(tiny=lm_tiny, small=lm_small, full=lm_small)
-    return ctx.pick(tiny=tiny, small=small, full=full)
+            0, 0, 0, PoolConfig(n_train=32, n_test=16, n_val=0, **mix), 96, 8, 1, (0.25,), 0.25,
+            2, (1e-3,), lm=model,
+        )  # fmt: skip
+        sc = ctx.pick(tiny=lm_tiny, small=lm_small, full=lm_small)
+    else:
+        sc = ctx.pick(tiny=tiny, small=small, full=full)
+    if "lrs" in ctx.options:
+        try:
+            lrs = tuple(float(x) for x in str(ctx.options["lrs"]).split(","))
+        except ValueError:
+            raise UserError(
+                f"option lrs: expected comma-separated floats; got {ctx.options['lrs']!r}"
+            ) from None
+        sc = replace(sc, lrs=lrs)
+    if "budgets" in ctx.options:  # e.g. budgets=0.25 to run the headline budget only
+        try:
+            budgets = tuple(float(x) for x in str(ctx.options["budgets"]).split(","))
+        except ValueError:
+            raise UserError(
+                f"option budgets: expected comma-separated floats; got {ctx.options['budgets']!r}"
+            ) from None
+        if sc.ablation_budget not in budgets:
+            raise UserError(
+                f"option budgets must include the headline budget {sc.ablation_budget:g}"
+            )
+        sc = replace(sc, budgets=budgets)
+    return sc
 
 
 def _load(sc: Scale, seed: int, device: str):
@@ -146,12 +171,18 @@ def _run_arm(
     lr: float,
     alpha: float,
     device: str,
-    split: str,
     ctx,
     use_cache: bool,
 ) -> dict:
+    # the grid-level fields (which budgets, seeds, LRs are run) do not change one arm's run, so a
+    # smaller re-run (fewer seeds, one LR) reuses the cached arms
+    setting = {
+        k: v
+        for k, v in asdict(sc).items()
+        if k not in ("budgets", "ablation_budget", "seeds", "lrs")
+    }
     key = json.dumps(
-        [CACHE_VERSION, _CODE, asdict(sc), arm, budget, seed, lr, alpha, split],
+        [CACHE_VERSION, _CODE, setting, arm, budget, seed, lr, alpha],
         sort_keys=True,
         default=str,
     )
@@ -159,14 +190,16 @@ def _run_arm(
     if use_cache and path.exists():
         return json.loads(path.read_text())
     pool, test = make_pool(sc.pool, seed=1000 + seed)
-    if split == "val":  # LR tuning never sees the test split: a second clean, unseen set
-        test = make_val(sc.pool, seed=1000 + seed)
+    # LR tuning reads only the validation loss: a second clean, unseen set, scored after the same
+    # training run as the test set
+    val = make_val(sc.pool, seed=1000 + seed) if sc.pool.n_val and arm == "full" else []
     model, tok = _load(sc, seed, device)
     enc, _ = encode(tok, _fmt(pool, sc.lm), sc.max_len)
     enc_test, _ = encode(tok, _fmt(test, sc.lm), sc.max_len)
-    if len(enc) != len(pool):
+    if len(enc) != len(pool) or len(enc_test) != len(test):
         raise ValueError(
-            f"{len(pool) - len(enc)} pool examples lost their response to the {sc.max_len}-token cutoff"
+            f"{len(pool) - len(enc)} pool and {len(test) - len(enc_test)} held-out examples lost "
+            f"their response to the {sc.max_len}-token cutoff"
         )
     selector = (
         None
@@ -183,15 +216,38 @@ def _run_arm(
         seed=seed,
     )
     log = train_online(model, enc, selector, cfg, tok.pad_token_id, progress=ctx.progress)
-    ev = evaluate(model, enc_test, tok.pad_token_id)
+    ev = evaluate(
+        model, enc_test, tok.pad_token_id, answer_labels=answer_labels(tok, test, enc_test)
+    )
+    val_loss = float("nan")
+    if val:
+        enc_val, _ = encode(tok, _fmt(val, sc.lm), sc.max_len)
+        val_loss = evaluate(model, enc_val, tok.pad_token_id).loss
     picks = [pool[i] for i in log.selected]
+    fams = sorted({e.source.removeprefix("dup:") for e in pool + test})
     rec = {
         "arm": arm,
         "budget": 1.0 if arm == "full" else budget,
         "seed": seed,
         "lr": lr,
         "test_loss": ev.loss,
+        "val_loss": val_loss,
         "exact_match": ev.exact_match,
+        "answer_match": ev.answer_match,
+        "answer_match_by_family": {
+            f: statistics.fmean(
+                m for m, e in zip(ev.per_example_match, test, strict=True) if e.source == f
+            )
+            for f in fams
+            if any(e.source == f for e in test)
+        },
+        "picks_by_family": {
+            f: sum(p.source.removeprefix("dup:") == f for p in picks) / len(picks) for f in fams
+        },
+        "pool_by_family": {
+            f: sum(p.source.removeprefix("dup:") == f for p in pool) / len(pool) for f in fams
+        },
+        "frac_repeat_prompt": 1 - len({p.prompt for p in picks}) / len(picks),
         "time_scoring_s": log.time_scoring_s,
         "time_training_s": log.time_training_s,
         "steps": log.steps,
@@ -208,6 +264,30 @@ def _run_arm(
         rec["alpha_inter_std"] = alpha * statistics.pstdev(st.inter[len(st.inter) // 10 :] or [0.0])
     atomic_write_json(path, rec)
     return rec
+
+
+def answer_labels(tok, examples, enc) -> list[list[int]]:
+    """Per example, a label list marking only the tokens of its verifiable answer
+    (:func:`icml26.uds.data.answer_spans`: the computed numbers of a GSM-style solution, the
+    whole response otherwise), aligned with ``enc`` (from :func:`encode` of the same examples)."""
+    out = []
+    for ex, e in zip(examples, enc, strict=True):
+        spans = answer_spans(ex.source.removeprefix("dup:"), ex.response)
+        labels = list(e.labels)
+        if spans and getattr(tok, "is_fast", False):
+            offs = tok(ex.response, add_special_tokens=False, return_offsets_mapping=True)[
+                "offset_mapping"
+            ]
+            first = len(e.labels) - sum(x != -100 for x in e.labels)  # first response position
+            keep = {
+                first + j
+                for j, (a, b) in enumerate(offs)
+                if any(a < hi and b > lo for lo, hi in spans) and first + j < len(labels)
+            }
+            if keep:
+                labels = [x if i in keep else -100 for i, x in enumerate(labels)]
+        out.append(labels)
+    return out
 
 
 def step_cost(sc: Scale, seed: int, lr: float, alpha: float, device: str, repeats: int = 5) -> dict:
@@ -266,19 +346,23 @@ def run(ctx: RunContext) -> Result:
 def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: bool) -> Result:
     device = ctx.device
 
-    def arm(name, budget, seed, lr, split="test"):
-        return _run_arm(sc, name, budget, seed, lr, alpha, device, split, ctx, use_cache)
+    def arm(name, budget, seed, lr):
+        return _run_arm(sc, name, budget, seed, lr, alpha, device, ctx, use_cache)
 
     # one LR for everyone: the best full-data validation loss (seed 0 of this run)
     if len(sc.lrs) > 1:
-        val = {lr: arm("full", 1.0, seeds[0], lr, "val")["test_loss"] for lr in sc.lrs}
+        if not sc.pool.n_val:
+            raise UserError("an LR grid needs a validation set (n_val > 0)")
+        val = {lr: arm("full", 1.0, seeds[0], lr)["val_loss"] for lr in sc.lrs}
         lr = min(val, key=val.get)
     else:
         val, lr = {}, sc.lrs[0]
     arms = [("full", 1.0)]
     for b in sc.budgets:
         names = [*BASELINES, "uds"] + (
-            ["uds-intra", "uds-inter", "uds-lennorm"] if b == sc.ablation_budget else []
+            ["uds-intra", "uds-inter", *(["uds-lennorm"] if sc.lm is None else [])]
+            if b == sc.ablation_budget
+            else []
         )
         arms += [(n, b) for n in names]
     runs = [arm(n, b, s, lr) for n, b in arms for s in seeds]
@@ -316,10 +400,19 @@ def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: 
         for s in seeds
     )
     notes = [
-        f"Generated data (not the paper's MMLU/Qwen2.5-7B LoRA setting): {sc.pool.n_train} instruction pairs "
-        f"from task families {', '.join(sc.pool.families)}; {sc.pool.dup_frac:.0%} of the pool repeats "
-        f"{sc.pool.n_templates} fixed examples, {sc.pool.noise_frac:.0%} have random responses; the held-out set "
-        f"({sc.pool.n_test}) is clean, balanced and unseen.",
+        f"Data built offline from a seed (not the paper's MMLU/Qwen2.5-7B LoRA setting): {sc.pool.n_train} "
+        f"instruction pairs <= {sc.max_len} tokens from families {', '.join(sc.pool.families)}"
+        + (
+            " (Wikipedia 'What is TITLE?' -> first two sentences; reasoning-gym-style basic arithmetic; "
+            "GSM-symbolic-style word problems ending 'The answer is N.'; HumanEval signature + first docstring "
+            "sentence -> canonical solution, 40 problems held out)"
+            if sc.lm is not None
+            else ""
+        )
+        + f"; {sc.pool.dup_frac:.0%} of the pool repeats {sc.pool.n_templates} fixed examples, "
+        f"{sc.pool.noise_frac:.0%} have random responses; the held-out set ({sc.pool.n_test}) is clean, balanced "
+        "over families and unseen. 'answer match' is teacher-forced exact match over the answer tokens (each computed "
+        "'= N' of a worked word problem, the whole response otherwise).",
         (
             f"Model: from-scratch byte-level tiny_llama (hidden {sc.hidden}, {sc.layers} layers), not a pretrained LM "
             "with LoRA"
@@ -328,8 +421,13 @@ def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: 
             "projections, as the official script (Qwen2.5-7B there)"
         )
         + "; response-only loss and scoring (padding and prompt masked).",
-        f"Each arm: {sc.epochs} epochs, {sc.candidates} candidates per optimizer step, the same pool order, AdamW, "
-        f"one LR ({lr:g}) chosen on the full-data arm's validation loss {val or '(fixed at this scale)'}.",
+        f"Each arm: {sc.epochs} epoch{'s' if sc.epochs != 1 else ''}, {sc.candidates} candidates per optimizer "
+        "step, the same pool order, AdamW, "
+        + (
+            f"one LR ({lr:g}) chosen on the full-data arm's validation loss {val}."
+            if val
+            else f"one LR ({lr:g}), fixed (a single LR was given, so none was tuned)."
+        ),
         f"Headline: mean held-out loss of UDS / best baseline ({best}) at budget {b0:g}; spread: min-max of the "
         f"per-seed ratios over {len(seeds)} seeds.",
         f"UDS alpha={alpha:g} (official default), FJLT 8x128, FIFO 1024, selection over the whole optimizer-step "

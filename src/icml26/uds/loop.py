@@ -257,16 +257,40 @@ class EvalResult:
     loss: float  # mean NLL per trained token (nats)
     exact_match: float  # fraction of examples whose every response token is the argmax
     per_example_loss: tuple[float, ...]
+    per_example_match: tuple[bool, ...] = ()  # per example: every *answer* token is the argmax
+    answer_match: float = float("nan")  # mean of per_example_match
 
 
 @torch.no_grad()
-def evaluate(model, data: list[Encoded], pad_id: int, batch_size: int = 32) -> EvalResult:
-    """Held-out token loss and teacher-forced exact match over the labelled tokens."""
+def evaluate(
+    model,
+    data: list[Encoded],
+    pad_id: int,
+    batch_size: int = 32,
+    answer_labels: list[list[int]] | None = None,
+) -> EvalResult:
+    """Held-out token loss and teacher-forced exact match over the labelled tokens.
+
+    ``answer_labels`` (optional, one list per example, same length as its ``labels``): a second
+    label mask marking only the verifiable answer (e.g. the final number of a worked solution);
+    ``answer_match`` is then the teacher-forced exact match over those tokens, from the same
+    forward pass."""
+    if answer_labels is not None and (
+        len(answer_labels) != len(data)
+        or any(len(a) != len(e.labels) for a, e in zip(answer_labels, data, strict=False))
+    ):
+        raise ValueError("answer_labels must hold one label list per example, of equal lengths")
     device = next(model.parameters()).device
     model.eval()
-    tot, n_tok, em, per = 0.0, 0, 0, []
+    # batches of similar length (less padding); per-example results go back to input order
+    order = sorted(range(len(data)), key=lambda i: len(data[i].input_ids))
+    if answer_labels is not None:
+        answer_labels = [answer_labels[i] for i in order]
+    data = [data[i] for i in order]
+    tot, n_tok, em, per, match = 0.0, 0, 0, [], []
     for start in range(0, len(data), batch_size):
-        b = collate(data[start : start + batch_size], pad_id)
+        items = data[start : start + batch_size]
+        b = collate(items, pad_id)
         logits = (
             model(
                 input_ids=b["input_ids"].to(device), attention_mask=b["attention_mask"].to(device)
@@ -282,9 +306,29 @@ def evaluate(model, data: list[Encoded], pad_id: int, batch_size: int = 32) -> E
             )
             * m
         )
-        ok = ((logits.argmax(-1) == lab) | ~m).all(-1)
+        pred = logits.argmax(-1)
+        ok = ((pred == lab) | ~m).all(-1)
         tot += float(nll.sum())
         n_tok += int(m.sum())
         em += int(ok.sum())
         per += (nll.sum(-1) / m.sum(-1).clamp_min(1)).tolist()
-    return EvalResult(tot / max(n_tok, 1), em / max(len(data), 1), tuple(per))
+        if answer_labels is not None:
+            ans = collate(
+                [
+                    Encoded(e.input_ids, a)
+                    for e, a in zip(items, answer_labels[start:], strict=False)
+                ],
+                pad_id,
+            )["labels"][:, 1:].to(device)
+            am = ans != -100
+            match += ((pred == ans) | ~am).all(-1).tolist()
+    back = sorted(range(len(order)), key=order.__getitem__)  # inverse permutation
+    per = [per[j] for j in back]
+    match = [match[j] for j in back] if match else []
+    return EvalResult(
+        tot / max(n_tok, 1),
+        em / max(len(data), 1),
+        tuple(per),
+        tuple(match),
+        sum(match) / len(match) if match else float("nan"),
+    )

@@ -25,6 +25,9 @@ def summarize(runs: list[dict], arms: list[tuple[str, float]]) -> list[dict]:
             "held-out loss": round(m, 4),
             "loss min-max": f"{lo:.4f}-{hi:.4f}",
             "exact match": round(statistics.fmean(r["exact_match"] for r in rs), 4),
+            "answer match": round(
+                statistics.fmean(r.get("answer_match", r["exact_match"]) for r in rs), 4
+            ),
             "wall s (scoring+train)": round(
                 statistics.fmean(r["time_scoring_s"] + r["time_training_s"] for r in rs), 1
             ),
@@ -34,6 +37,11 @@ def summarize(runs: list[dict], arms: list[tuple[str, float]]) -> list[dict]:
             "picks mean tokens": round(statistics.fmean(r["mean_len"] for r in rs), 1),
             "seeds": len(rs),
         }
+        if "picks_by_family" in rs[0]:
+            row["picks by source"] = ", ".join(
+                f"{f} {statistics.fmean(r['picks_by_family'][f] for r in rs):.2f}"
+                for f in rs[0]["picks_by_family"]
+            )
         if "intra_std" in rs[0]:
             row["std intra / alpha*inter"] = (
                 f"{statistics.fmean(r['intra_std'] for r in rs):.3g} / {statistics.fmean(r['alpha_inter_std'] for r in rs):.3g}"
@@ -86,14 +94,27 @@ def figures(runs: list[dict], arms: list[tuple[str, float]], out_dir: Path) -> l
     ax1.set_title("Wall-clock breakdown")
     ax1.tick_params(axis="x", rotation=60, labelsize=7)
     ax1.legend(fontsize=7)
+    # composition: label noise and repeated templates first, then the source family of the rest
+    fams = sorted({f for r in runs for f in r.get("picks_by_family", {})})
     noisy = [statistics.fmean(r["frac_noisy"] for r in rs) for rs in sel]
     dup = [statistics.fmean(r["frac_dup"] for r in rs) for rs in sel]
-    clean = [1 - a - b for a, b in zip(noisy, dup, strict=True)]
-    ax2.bar(labels, clean, label="clean, distinct")
-    ax2.bar(labels, dup, bottom=clean, label="repeated templates")
-    ax2.bar(
-        labels, noisy, bottom=[c + d for c, d in zip(clean, dup, strict=True)], label="noisy label"
-    )
+    bottom = [0.0] * len(labels)
+    parts = [("noisy label", noisy), ("repeated templates", dup)]
+    if fams:
+        for f in fams:  # family shares include noisy/repeated picks; scale the rest to fit
+            share = [statistics.fmean(r["picks_by_family"].get(f, 0.0) for r in rs) for rs in sel]
+            parts.append(
+                (
+                    f"source: {f}",
+                    [s * (1 - n - d) for s, n, d in zip(share, noisy, dup, strict=True)],
+                )
+            )
+    else:
+        parts.append(("clean, distinct", [1 - n - d for n, d in zip(noisy, dup, strict=True)]))
+    for name, vals in parts:
+        if any(vals):
+            ax2.bar(labels, vals, bottom=bottom, label=name)
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax2.set_ylabel("share of trained samples")
     ax2.set_title("Composition of the picks")
     ax2.tick_params(axis="x", rotation=60, labelsize=7)
