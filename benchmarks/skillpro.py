@@ -6,7 +6,11 @@ with a skill injected (the gate's workload), scores them with ``action_logprobs`
 and at ``--batch``, checks both agree (max abs difference printed), and prints a markdown row of
 pairs/s and the speed-up. Saves a PNG to ``--plot`` (default results/benchmarks/skillpro_gate.png).
 
-Not done: the issue's batched KV-cached *rollouts* vs per-step ``generate`` benchmark.
+``--rollouts N``: instead, play N Mastermind-v0 episodes (seeded skill pool, LCB selection,
+greedy actions) with per-step ``generate`` one episode after another (``LocalChat.chat``, the
+reference path), then all N together through the batched KV-cached engine
+(``rollout.run_episodes``), and print episodes/s, the speed-up, and how many episodes picked
+identical actions. ``--no-reuse`` adds a batched run whose prompts are recomputed every turn.
 """
 
 from __future__ import annotations
@@ -37,7 +41,12 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=32)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--plot", default="results/benchmarks/skillpro_gate.png")
+    ap.add_argument("--rollouts", type=int, default=0)
+    ap.add_argument("--meta", action="store_true", help="rollouts: with the meta-controller")
+    ap.add_argument("--no-reuse", action="store_true")
     a = ap.parse_args()
+    if a.rollouts:
+        return rollouts(a)
     model, tok = load_lm(a.model, dtype=parse_dtype(a.dtype), device=a.device)
     pool = SkillPool.seeded()
     agent = SkillAgent(ScriptedPolicy(), pool, select="llm_topk_lcb", epsilon=1.0, seed=0)
@@ -71,6 +80,50 @@ def main() -> None:
         ax.set_title("Skill-Pro gate scoring")
         Path(a.plot).parent.mkdir(parents=True, exist_ok=True)
         save_figure(fig, a.plot)
+
+
+def rollouts(a) -> None:
+    from icml26.skillpro.rollout import BatchedLocalChat, run_episodes
+
+    chat = BatchedLocalChat(a.model, dtype=parse_dtype(a.dtype), device=a.device)
+
+    def jobs():
+        return [
+            (
+                SkillAgent(chat, SkillPool.seeded(), meta=chat if a.meta else None,
+                           select="llm_topk_lcb", epsilon=0.3, seed=k, temperature=0.0),
+                make_env("Mastermind-v0"),
+                500 + k,
+            )
+            for k in range(a.rollouts)
+        ]
+
+    chat.chat([{"role": "user", "content": "warm up"}], max_new_tokens=2)
+    t = time.perf_counter()
+    ref = [ag.run_episode(env, s) for ag, env, s in jobs()]
+    t_ref = time.perf_counter() - t
+    runs = [("batched + KV reuse", True)] + ([("batched, no reuse", False)] if a.no_reuse else [])
+    turns = sum(len(r.steps) for r in ref)
+    print(f"{a.rollouts} episodes, {turns} decisions; per-step generate: {t_ref:.1f} s")
+    print("| rollouts | per-step generate (episodes/s) | batched (episodes/s) | speed-up | "
+          "episodes with identical actions |")
+    print("|---|---|---|---|---|")
+    for label, reuse in runs:
+        chat.engine.reuse = reuse
+        chat.engine.slots.clear()
+        chat.engine.retired.clear()
+        t = time.perf_counter()
+        got = run_episodes(jobs())
+        dt = time.perf_counter() - t
+        same = sum([s.action for s in g.steps] == [s.action for s in r.steps]
+                   for g, r in zip(got, ref, strict=True))
+        print(
+            f"| {a.rollouts} Mastermind-v0 episodes, {a.model or 'SmolLM2-135M'} {a.dtype}, "
+            f"{a.device}, greedy{', meta' if a.meta else ''}, {label} | {a.rollouts / t_ref:.3f} | "
+            f"{a.rollouts / dt:.3f} | {t_ref / dt:.2f}x | {same}/{a.rollouts} |"
+        )
+    print(f"engine: {chat.engine.tokens_computed} prompt tokens computed, "
+          f"{chat.engine.tokens_cached} from cache, {chat.engine.forwards} forwards")
 
 
 if __name__ == "__main__":

@@ -170,3 +170,30 @@ def test_naive_memory_retrieves_top_k_by_cosine():
     mem.add(Trajectory(0, 1.0, [Step("o", "[1 2 3 4]", None)]))
     mem.add(Trajectory(1, 0.0, [Step("o", "[5 6 2 3]", None)]))
     assert "[5 6 2 3]" in mem.retrieve("query") and "[1 2 3 4]" not in mem.retrieve("query")
+
+
+def test_wo_sg_uses_plain_summaries_and_needs_an_llm_evolver():
+    parent = Skill("plain", "x", ("Look", "Think", "Act"), "t")
+    seen = []
+
+    def fn(m):
+        seen.append(m[-1]["content"])
+        return '{"steps": ["Look", "Use the feedback", "Act"]}'
+
+    ev = LLMEvolver(StubChat(fn), semantic_gradient=False)
+    env = make_env("Mastermind-v0")
+    trajs = [SkillAgent(ScriptedPolicy(), None, seed=0).run_episode(env, s) for s in range(3)]
+    cands = ev.propose(parent, trajs, 2)
+    # no per-trajectory gradient calls: one rewrite call per candidate, from summaries
+    assert len(seen) == 2 and all("Episode return" not in p for p in seen)
+    assert all(LLMEvolver.summary(t) in seen[0] for t in trajs)
+    assert [c.name for c in cands] == ["plain", "plain"] and cands[0].version == 2  # REFINE
+    agent = SkillAgent(ScriptedPolicy(), SkillPool.seeded(), seed=0)
+    with pytest.raises(UserError, match="wo_sg.*template"):
+        Trainer(SkillProConfig(ablation="wo_sg"), agent, env, TemplateMutator(),
+                scorer=ScriptedPolicy())
+    llm = LLMEvolver(StubChat(fn))
+    Trainer(SkillProConfig(ablation="wo_sg"), agent, env, llm, scorer=ScriptedPolicy())
+    assert llm.semantic_gradient is False
+    with pytest.raises(UserError, match="ablation must be one of"):
+        SkillProConfig(ablation="wo_gate")

@@ -111,9 +111,11 @@ class SkillAgent:
         self.rng = random.Random(seed)
         self.t = 0  # iterations seen (for the LCB)
 
-    def _ask_names(self, obs: str, k: int) -> list[str]:
+    def _ask_names(self, obs: str, k: int):
+        """Coroutine: ask the policy for ``k`` skill names; returns the names found, in order."""
         menu = "\n".join(f"- {s.name}: {s.initiation}" for s in self.pool)
-        reply = self.policy.chat(
+        reply = yield ChatCall(
+            self.policy,
             [
                 {
                     "role": "user",
@@ -123,34 +125,35 @@ class SkillAgent:
                     ),
                 }
             ],
-            max_new_tokens=48,
-            temperature=0.0,
+            {"max_new_tokens": 48, "temperature": 0.0},
+            "select",
         )
         names = [s.name for s in self.pool]
         found = sorted((reply.find(n), n) for n in names if n in reply)
         return [n for _, n in found][:k]
 
-    def choose_skill(self, obs: str):
-        """The skill to activate now, or ``None``."""
+    def _choose(self, obs: str):
+        """Coroutine form of :meth:`choose_skill`."""
         if self.pool is None or not len(self.pool):
             return None
         if self.rng.random() < self.epsilon:
             return self.rng.choice(self.pool.skills)
         if self.select == "llm_model":
-            names = self._ask_names(obs, 1)
+            names = yield from self._ask_names(obs, 1)
             s = self.pool.get(names[0]) if names else None
             return s if s is not None and (s.avg_gain > -0.015 or s.maturity < 3) else None
-        cands = [self.pool.get(n) for n in self._ask_names(obs, self.topk)]
+        cands = [self.pool.get(n) for n in (yield from self._ask_names(obs, self.topk))]
         scored = [(lcb(s.avg_gain, s.freq, self.t), s) for s in cands if s is not None]
         if not scored:
             return None
         score, best = max(scored, key=lambda x: x[0])
         return best if best.maturity < 3 or score > 0 else None
 
-    def terminated(self, skill, obs: str) -> bool:
+    def _terminated(self, skill, obs: str):
         if self.meta is None:
             return False
-        reply = self.meta.chat(
+        reply = yield ChatCall(
+            self.meta,
             [
                 {
                     "role": "user",
@@ -159,18 +162,28 @@ class SkillAgent:
                     ),
                 }
             ],
-            max_new_tokens=3,
-            temperature=0.0,
+            {"max_new_tokens": 3, "temperature": 0.0},
+            "meta",
         )
         return reply.strip().lower().startswith("yes")
 
-    def run_episode(self, env, seed: int) -> Trajectory:
+    def choose_skill(self, obs: str):
+        """The skill to activate now, or ``None``."""
+        return drive(self._choose(obs))
+
+    def terminated(self, skill, obs: str) -> bool:
+        return drive(self._terminated(skill, obs))
+
+    def episode(self, env, seed: int):
+        """One episode as a coroutine: yields :class:`ChatCall` requests, receives the reply text,
+        returns the :class:`Trajectory`. :meth:`run_episode` drives it one call at a time;
+        :func:`icml26.skillpro.rollout.run_episodes` drives many at once (batched)."""
         obs = env.reset(seed)
         traj = Trajectory(seed=seed, ret=0.0, steps=[])
         active, done, ret = None, False, 0.0
         while not done:
             if active is None and self.pool is not None:
-                active = self.choose_skill(obs)
+                active = yield from self._choose(obs)
                 if active is not None:
                     traj.calls[active.name] += 1
             guidance = (
@@ -180,18 +193,46 @@ class SkillAgent:
             )
             msgs = decision_messages(obs, guidance)
             traj.prompt_chars += len(guidance)
-            action = self.policy.chat(
+            action = yield ChatCall(
+                self.policy,
                 msgs,
-                max_new_tokens=self.max_new_tokens,
-                temperature=self.temperature,
-                seed=self.rng.randrange(2**31),
+                {
+                    "max_new_tokens": self.max_new_tokens,
+                    "temperature": self.temperature,
+                    "seed": self.rng.randrange(2**31),
+                },
+                "act",
             )
             traj.steps.append(Step(obs, action, active.name if active else None, guidance))
             obs, done, ret = env.step(action)
-            if active is not None and not done and self.terminated(active, obs):
+            if active is not None and not done and (yield from self._terminated(active, obs)):
                 active = None
         traj.ret, traj.invalid_moves = ret, getattr(env, "invalid_moves", 0)
         return traj
+
+    def run_episode(self, env, seed: int) -> Trajectory:
+        return drive(self.episode(env, seed))
+
+
+@dataclass
+class ChatCall:
+    """One chat request from an episode coroutine: ``model.chat(messages, **kwargs)``.
+    ``stream`` names the prompt family ("act", "select", "meta") for KV-cache slots."""
+
+    model: object
+    messages: list
+    kwargs: dict
+    stream: str
+
+
+def drive(gen):
+    """Run an agent coroutine to completion, answering each :class:`ChatCall` with ``chat``."""
+    try:
+        req = next(gen)
+        while True:
+            req = gen.send(req.model.chat(req.messages, **req.kwargs))
+    except StopIteration as stop:
+        return stop.value
 
 
 # ------------------------------------------------------------------ scripted reference policies

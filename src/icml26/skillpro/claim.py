@@ -13,7 +13,19 @@ by MiniLM cosine); Skill-Pro; ``wo_ppo``; ``wo_score``; references random-valid 
 solver. Headline: held-out eval return Skill-Pro / no-skill, 95% paired bootstrap CI over
 episodes; target > 1.
 
-Options: ``embed`` ("minilm" default, "none" skips MiniLM: naive memory then retrieves the last 3).
+Options (``--opt key=value``):
+
+* ``embed``: "minilm" (default at small/full) or "none" (naive memory then retrieves the newest 3).
+* ``agent``: "scripted" (default; the mechanism check above) or "smollm2" / an HF folder: the LLM
+  experiment. The model (bf16) is the agent, skill selector, meta-controller and evolver; a float32
+  copy scores the gate (bf16 log-probs move by more than the clip range). All conditions' episodes
+  of an iteration run as one KV-cached batch (:func:`~icml26.skillpro.rollout.run_episodes`).
+  Conditions: no skills; naive memory; Skill-Pro (gate, LLM evolver); Skill-Pro with the template
+  mutator; ``wo_ppo``; ``wo_score``; ``wo_sg``.
+* ``iters``, ``episodes``, ``eval``, ``hard``: iterations, episodes per iteration, held-out
+  Mastermind-v0 and -hard seeds (defaults per scale; LLM small: 8, 5, 20, 10 as in the issue).
+* ``meta``: "1" (default for LLM agents) / "0": the meta-controller checks termination each step.
+* ``temperature``: the LLM agent's action temperature (default 0.7).
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ from icml26.core.plots import pyplot, save_figure
 from icml26.core.torchutil import bootstrap_ci
 from icml26.skillpro.agent import NaiveMemory, ScriptedPolicy, SkillAgent, SolverPolicy
 from icml26.skillpro.env import make_env
-from icml26.skillpro.evolve import SkillProConfig, TemplateMutator, Trainer
+from icml26.skillpro.evolve import LLMEvolver, SkillProConfig, TemplateMutator, Trainer
 from icml26.skillpro.skill import SkillPool
 
 TARGET = 1.0
@@ -43,80 +55,153 @@ class _Recency:
         return out
 
 
-def _eval(agent, env, seeds, eps):
-    agent.epsilon = eps
-    return [agent.run_episode(env, s) for s in seeds]
+def _rollout(jobs, batched: bool):
+    if batched:
+        from icml26.skillpro.rollout import run_episodes
+
+        return run_episodes(jobs)
+    return [agent.run_episode(env, seed) for agent, env, seed in jobs]
+
+
+def _llm_parts(ctx: RunContext, spec: str):
+    """(policy, meta, scorer, token counter) for an LLM agent (bf16 agent, fp32 gate scorer)."""
+    import torch
+
+    from icml26.core.lm import load_lm
+    from icml26.skillpro.ppo import LMScorer
+    from icml26.skillpro.rollout import BatchedLocalChat
+
+    path = None if spec in ("smollm2", "local") else spec
+    chat = BatchedLocalChat(path, dtype="bfloat16")
+    scorer = LMScorer(*load_lm(path, dtype=torch.float32), batch_size=8)
+    meta = chat if ctx.options.get("meta", "1") == "1" else None
+    return chat, meta, scorer, lambda text: len(chat.tokenizer(text)["input_ids"]) if text else 0
 
 
 def run(ctx: RunContext) -> Result:
+    spec = ctx.options.get("agent", "scripted")
+    llm = spec != "scripted"
     iters, eps_n, n_eval, n_hard = ctx.pick(
-        tiny=(2, 2, 6, 2), small=(40, 5, 60, 20), full=(50, 5, 100, 50)
+        tiny=(2, 2, 6, 2),
+        small=(8, 5, 20, 10) if llm else (40, 5, 60, 20),
+        full=(50, 5, 100, 50),
     )
+    o = ctx.options
+    iters, eps_n = int(o.get("iters", iters)), int(o.get("episodes", eps_n))
+    n_eval, n_hard = int(o.get("eval", n_eval)), int(o.get("hard", n_hard))
     seed = ctx.seed
     embed_fn = _Recency()
-    if ctx.options.get("embed", "minilm") == "minilm" and ctx.scale != "tiny":
+    if o.get("embed", "minilm") == "minilm" and ctx.scale != "tiny":
         from icml26.core.embed import embed as embed_fn  # noqa: F811
-    env, hard = make_env("Mastermind-v0"), make_env("Mastermind-v0-hard")
+    env_name, hard_name = "Mastermind-v0", "Mastermind-v0-hard"
+    env = make_env(env_name)
     train_seeds = [
         [10_000 + seed * 1000 + i * eps_n + k for k in range(eps_n)] for i in range(iters)
     ]
     eval_seeds = [900_000 + seed * 1000 + k for k in range(n_eval)]
     hard_seeds = [950_000 + seed * 1000 + k for k in range(n_hard)]
-    policy = ScriptedPolicy()
-    systems = ["no skills", "naive memory", "Skill-Pro (gate)", "wo_ppo", "wo_score"]
-    curves, evals, hard_evals, rows, trainers = {}, {}, {}, [], {}
-    tick = ctx.progress.task("skillpro: training conditions", total=len(systems) * iters)
+    if llm:
+        policy, meta, scorer, count_tokens = _llm_parts(ctx, spec)
+        temperature = float(o.get("temperature", 0.7))
+        systems = [
+            "no skills", "naive memory", "Skill-Pro (gate)", "Skill-Pro (template mutator)",
+            "wo_ppo", "wo_score", "wo_sg",
+        ]
+    else:
+        policy = scorer = ScriptedPolicy()
+        meta, count_tokens, temperature = None, None, 0.7
+        systems = ["no skills", "naive memory", "Skill-Pro (gate)", "wo_ppo", "wo_score"]
+    agents, trainers, mems = {}, {}, {}
     for name in systems:
         if name in ("no skills", "naive memory"):
-            mem = NaiveMemory(embed_fn) if name == "naive memory" else None
-            agent = SkillAgent(policy, None, memory=mem, seed=seed)
-            curve = []
-            for it in range(iters):
-                trajs = [agent.run_episode(env, s) for s in train_seeds[it]]
-                if mem is not None:
-                    for t in trajs:
-                        mem.add(t)
-                curve.append(float(np.mean([t.ret for t in trajs])))
-                tick(1)
-            trainer = None
-        else:
-            abl = {"wo_ppo": "wo_ppo", "wo_score": "wo_score"}.get(name)
-            cfg = SkillProConfig(iterations=iters, episodes_per_iter=eps_n, ablation=abl)
-            agent = SkillAgent(policy, SkillPool.seeded(), select="llm_topk_lcb", seed=seed)
-            trainer = Trainer(
-                cfg, agent, env, TemplateMutator(seed), scorer=policy, embed_fn=embed_fn
+            mems[name] = NaiveMemory(embed_fn) if name == "naive memory" else None
+            agents[name] = SkillAgent(
+                policy, None, memory=mems[name], seed=seed, temperature=temperature
             )
-            curve = []
-            for it in range(iters):
-                curve.append(float(np.mean(trainer.iteration(it, train_seeds[it])["returns"])))
-                tick(1)
-        eps_eval = SkillProConfig().eps_end
-        ev = _eval(agent, env, eval_seeds, eps_eval)
-        hv = _eval(agent, hard, hard_seeds, eps_eval)
-        curves[name], evals[name], hard_evals[name], trainers[name] = curve, ev, hv, trainer
-        rows.append(
-            {
-                "system": name,
-                "eval return": round(float(np.mean([t.ret for t in ev])), 3),
-                "win rate": round(float(np.mean([t.ret == 1.0 for t in ev])), 3),
-                "-hard return (cross-task)": round(float(np.mean([t.ret for t in hv])), 3),
-                "invalid moves/episode": round(float(np.mean([t.invalid_moves for t in ev])), 2),
-                "reuse rate": round(float(np.mean([t.reuse for t in ev])), 3),
-                "guidance chars/step": round(
-                    float(np.mean([t.prompt_chars / max(1, len(t.steps)) for t in ev])), 1
-                ),
-                "pool size": len(agent.pool) if agent.pool is not None else 0,
-                "gate accept / reject": f"{trainer.accepted} / {trainer.rejected}"
-                if trainer
-                else "-",
-            }
+            trainers[name] = None
+            continue
+        abl = {"wo_ppo": "wo_ppo", "wo_score": "wo_score", "wo_sg": "wo_sg"}.get(name)
+        cfg = SkillProConfig(iterations=iters, episodes_per_iter=eps_n, ablation=abl)
+        agents[name] = SkillAgent(
+            policy, SkillPool.seeded(), meta=meta, select="llm_topk_lcb", seed=seed,
+            temperature=temperature,
         )
+        evolver = (
+            LLMEvolver(policy) if llm and name != "Skill-Pro (template mutator)"
+            else TemplateMutator(seed)
+        )
+        trainers[name] = Trainer(
+            cfg, agents[name], env, evolver, scorer=scorer if abl != "wo_ppo" else None,
+            embed_fn=embed_fn,
+        )
+    curves = {name: [] for name in systems}
+    tick = ctx.progress.task("skillpro: training iterations", total=iters)
+    for it in range(iters):
+        for name in systems:
+            if trainers[name] is not None:
+                trainers[name].begin(it)
+        jobs = [(agents[n], make_env(env_name), s) for n in systems for s in train_seeds[it]]
+        trajs = _rollout(jobs, llm)
+        for k, name in enumerate(systems):
+            mine = trajs[k * eps_n : (k + 1) * eps_n]
+            if trainers[name] is not None:
+                trainers[name].update(it, mine)
+            elif mems[name] is not None:
+                for t in mine:
+                    mems[name].add(t)
+            curves[name].append(float(np.mean([t.ret for t in mine])))
+        tick(1)
+        ctx.progress.log(
+            f"skillpro: iteration {it + 1}/{iters}: "
+            + ", ".join(f"{n} {curves[n][-1]:.2f}" for n in systems)
+        )
+    eps_eval = SkillProConfig().eps_end
+    for name in systems:
+        agents[name].epsilon = eps_eval
+    jobs = [(agents[n], make_env(env_name), s) for n in systems for s in eval_seeds]
+    jobs += [(agents[n], make_env(hard_name), s) for n in systems for s in hard_seeds]
+    ctx.progress.log(f"skillpro: evaluating {len(jobs)} held-out episodes")
+    out = _rollout(jobs, llm)
+    evals = {n: out[k * n_eval : (k + 1) * n_eval] for k, n in enumerate(systems)}
+    off = len(systems) * n_eval
+    hard_evals = {n: out[off + k * n_hard : off + (k + 1) * n_hard] for k, n in enumerate(systems)}
+    rows = []
+    for name in systems:
+        ev, hv, agent, trainer = evals[name], hard_evals[name], agents[name], trainers[name]
+        steps = [s for t in ev for s in t.steps]
+        row = {
+            "system": name,
+            "eval return": round(float(np.mean([t.ret for t in ev])), 3),
+            "win rate": round(float(np.mean([t.ret == 1.0 for t in ev])), 3),
+            "-hard return (cross-task)": round(float(np.mean([t.ret for t in hv])), 3),
+            "invalid moves/episode": round(float(np.mean([t.invalid_moves for t in ev])), 2),
+            "reuse rate": round(float(np.mean([t.reuse for t in ev])), 3),
+            "guidance chars/step": round(
+                float(np.mean([t.prompt_chars / max(1, len(t.steps)) for t in ev])), 1
+            ),
+        }
+        if count_tokens is not None:
+            row["guidance tokens/step"] = round(
+                float(np.mean([count_tokens(s.guidance) for s in steps])) if steps else 0.0, 1
+            )
+        row["pool size"] = len(agent.pool) if agent.pool is not None else 0
+        row["gate accept / reject"] = (
+            f"{trainer.accepted} / {trainer.rejected}" if trainer else "-"
+        )
+        if llm:
+            ev_fail = getattr(trainer.evolver, "failures", 0) if trainer else None
+            ev_calls = getattr(trainer.evolver, "calls", 0) if trainer else None
+            row["evolver JSON failures / calls"] = (
+                f"{ev_fail} / {ev_calls}" if trainer and ev_calls is not None else "-"
+            )
+        rows.append(row)
     for kind, label in (
         ("random", "reference: random valid guesser"),
         ("consistent", "reference: consistent solver"),
     ):
         ag = SkillAgent(SolverPolicy(kind), None, seed=seed)
-        ev = _eval(ag, env, eval_seeds, 0.0)
+        ag.epsilon = 0.0
+        ev = [ag.run_episode(env, s) for s in eval_seeds]
         rows.append(
             {
                 "system": label,
@@ -142,7 +227,9 @@ def run(ctx: RunContext) -> Result:
     ax1.axhline(rows[-2]["eval return"], ls="--", c="grey", label="random valid (eval)")
     ax1.set_xlabel("iteration")
     ax1.set_ylabel(f"mean return ({eps_n} episodes)")
-    ax1.set_title("Mastermind-v0, scripted policy (mechanism check)")
+    ax1.set_title(
+        f"Mastermind-v0, {spec if llm else 'scripted policy (mechanism check)'}", fontsize=9
+    )
     ax1.legend(fontsize=7)
     tr = trainers["Skill-Pro (gate)"]
     kinds = ("accept", "reject", "prune-negative", "prune-cap", "dedup")
@@ -153,21 +240,66 @@ def run(ctx: RunContext) -> Result:
     ax2.set_xlabel("iteration")
     ax2.set_title("Skill-Pro pool timeline")
     fig_path = save_figure(fig, ctx.out_dir / "skillpro.png")
+    fig2, ax = plt.subplots(figsize=(5, 3.2))
+    named = [r for r in rows if r["system"] in systems]
+    ax.bar(
+        [r["system"] for r in named], [r["reuse rate"] for r in named], color="tab:green"
+    )
+    ax.set_ylabel("reuse rate (share of steps with a skill)")
+    ax.set_title("skill reuse, held-out Mastermind-v0")
+    ax.tick_params(axis="x", rotation=35, labelsize=7)
+    reuse_path = save_figure(fig2, ctx.out_dir / "skillpro_reuse.png")
 
-    notes = [
-        "MECHANISM CHECK: the agent is a scripted stochastic policy whose move distribution depends on "
-        "the injected skill text (exact log-probs for the gate), the evolver is the template mutator. "
-        "Not the paper's LLM experiment; no language model is run.",
+    by = {r["system"]: r for r in rows}
+    if llm:
+        eng = policy.engine
+        notes = [
+            f"LLM EXPERIMENT: {spec} (bf16) is agent, skill selector, "
+            f"{'meta-controller, ' if meta is not None else ''}and evolver; a float32 copy scores "
+            f"the gate. Action temperature {temperature}. All conditions' episodes of an iteration "
+            "run in one KV-cached batch.",
+            f"KV engine: {eng.tokens_computed:,} prompt tokens computed, {eng.tokens_cached:,} "
+            f"served from per-episode / shared-prefix caches, {eng.forwards:,} batched forwards.",
+        ]
+    else:
+        notes = [
+            "MECHANISM CHECK: the agent is a scripted stochastic policy whose move distribution "
+            "depends on the injected skill text (exact log-probs for the gate), the evolver is the "
+            "template mutator. Not the paper's LLM experiment; no language model is run.",
+        ]
+    notes += [
         f"{iters} iterations x {eps_n} episodes per condition (same seeds); eval on {n_eval} held-out "
         f"Mastermind-v0 seeds and {n_hard} Mastermind-v0-hard seeds with frozen pools, epsilon 0.05.",
         "Spread: 95% paired percentile bootstrap over eval episodes (2,000 resamples).",
     ]
-    if rows[3]["eval return"] > rows[2]["eval return"]:
+    tried = {
+        n: sum(e["event"] in ("accept", "reject", "no-candidate") for r in t.log for e in r["events"])
+        for n, t in trainers.items()
+        if t is not None
+    }
+    top = {
+        n: max((s.freq for s in agents[n].pool), default=0) for n, t in trainers.items() if t
+    }
+    notes.append(
+        "Evolution attempts per condition (a skill needs >= 15 calls and >= 6 buffered episodes): "
+        + ", ".join(f"{n} {tried[n]} (most-called skill {top[n]:g} calls)" for n in tried)
+    )
+    if by["wo_ppo"]["eval return"] > by["Skill-Pro (gate)"]["eval return"]:
         notes.append("wo_ppo (always accept) beat the gated run in this measurement.")
+    rand = by["reference: random valid guesser"]["eval return"]
+    uninformative = None
+    if llm and max(by["Skill-Pro (gate)"]["eval return"], by["no skills"]["eval return"]) <= rand:
+        uninformative = (
+            f"neither the no-skill agent ({by['no skills']['eval return']}) nor Skill-Pro "
+            f"({by['Skill-Pro (gate)']['eval return']}) reaches the random valid guesser ({rand}): "
+            "differences measure answer-format validity, not procedural skill"
+        )
+        notes.append("Uninformative: " + uninformative)
     return Result(
         rows=rows,
         headline=Measure("eval return Skill-Pro / no skills", value, "x", spread),
         target=TARGET,
         notes=notes,
-        figures=[fig_path],
+        figures=[fig_path, reuse_path],
+        uninformative=uninformative,
     )

@@ -25,7 +25,17 @@ def _chat(spec: str):
 
     if spec == "scripted":
         return ScriptedPolicy()
-    return get_chat(spec if spec.startswith(("local", "http", "stub")) else f"local:{spec}")
+    return _local_batched(spec) or get_chat(spec)
+
+
+def _local_batched(spec: str):
+    """A :class:`BatchedLocalChat` for local specs ('local', 'local:PATH', PATH), else None."""
+    if spec.startswith(("http://", "https://", "stub")):
+        return None
+    from icml26.skillpro.rollout import BatchedLocalChat
+
+    path = spec.split(":", 1)[1] if spec.startswith("local:") else spec
+    return BatchedLocalChat(None if path in ("local", "smollm2") else path)
 
 
 def _agent_and_scorer(agent: str, scorer: str | None):
@@ -37,7 +47,7 @@ def _agent_and_scorer(agent: str, scorer: str | None):
     if agent == "scripted":
         pol = ScriptedPolicy()
         return pol, pol
-    chat = get_chat(agent if agent.startswith(("local", "http", "stub")) else f"local:{agent}")
+    chat = _local_batched(agent) or get_chat(agent)
     if scorer:
         import torch
 
@@ -73,7 +83,9 @@ def train(
     iterations: int = 50,
     episodes: int = 5,
     select: str = "llm_topk_lcb",
-    ablation: Annotated[str | None, typer.Option(help="wo_ppo | wo_score")] = None,
+    ablation: Annotated[
+        str | None, typer.Option(help="wo_ppo | wo_score | wo_sg (wo_sg needs an LLM evolver)")
+    ] = None,
     seed: int = 0,
 ) -> None:
     """Run Skill-Pro training; writes the pool and a JSON log after every iteration."""
@@ -82,6 +94,7 @@ def train(
     from icml26.skillpro.agent import SkillAgent
     from icml26.skillpro.env import make_env
     from icml26.skillpro.evolve import LLMEvolver, SkillProConfig, TemplateMutator, Trainer
+    from icml26.skillpro.rollout import run_episodes
     from icml26.skillpro.skill import SkillPool, load_pool, save_pool
 
     game = make_env(env)
@@ -115,7 +128,12 @@ def train(
     tr = Trainer(cfg, ag, game, evo, scorer=score if ablation != "wo_ppo" else None)
     tr.baseline.value = log.get("baseline")
     for it in range(len(log["iterations"]), iterations):
-        rec = tr.iteration(it, [seed * 100_000 + it * episodes + k for k in range(episodes)])
+        seeds = [seed * 100_000 + it * episodes + k for k in range(episodes)]
+        if hasattr(policy, "generate_batch"):  # local model: the episodes as one KV-cached batch
+            tr.begin(it)
+            rec = tr.update(it, run_episodes([(ag, make_env(env), s) for s in seeds]))
+        else:
+            rec = tr.iteration(it, seeds)
         rec["evolver_failures"] = evo.failures
         log["iterations"].append(rec)
         log["baseline"] = tr.baseline.value
@@ -146,7 +164,12 @@ def evaluate(
     game = make_env(env)
     policy = _chat(agent)
     ag = SkillAgent(policy, load_pool(pool), select="llm_topk_lcb", epsilon=0.05, seed=seed)
-    trajs = [ag.run_episode(game, seed + k) for k in range(episodes)]
+    if hasattr(policy, "generate_batch"):
+        from icml26.skillpro.rollout import run_episodes
+
+        trajs = run_episodes([(ag, make_env(env), seed + k) for k in range(episodes)])
+    else:
+        trajs = [ag.run_episode(game, seed + k) for k in range(episodes)]
     typer.echo(
         json.dumps(
             {

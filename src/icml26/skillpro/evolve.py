@@ -27,12 +27,16 @@ from icml26.skillpro.ppo import (
 )
 from icml26.skillpro.skill import Skill, kebab
 
-ABLATIONS = (None, "wo_ppo", "wo_score")  # wo_sg (plain summaries) is not implemented
+ABLATIONS = (None, "wo_ppo", "wo_score", "wo_sg")
 
 
 @dataclass(frozen=True)
 class SkillProConfig:
-    """Paper defaults; ``ablation`` in ``None | "wo_ppo" | "wo_score"``."""
+    """Paper defaults; ``ablation`` in ``None | "wo_ppo" | "wo_score" | "wo_sg"``.
+
+    ``wo_ppo``: every best candidate accepted (no gate); ``wo_score``: FIFO maintenance instead of
+    score-based pruning; ``wo_sg``: no semantic gradient (the LLM evolver rewrites the skill from
+    plain episode summaries; needs an :class:`LLMEvolver`)."""
 
     iterations: int = 50
     episodes_per_iter: int = 5
@@ -110,73 +114,141 @@ class TemplateMutator:
 class LLMEvolver:
     """Semantic-gradient evolver: one JSON gradient per trajectory, then an aggregation call.
 
-    Invalid JSON is retried ``retries`` times, then skipped and counted in ``failures``.
+    ``semantic_gradient=False`` is the paper's ``wo_sg`` ablation: no per-trajectory gradients
+    (no ``is_related``, always REFINE); the evolver sees plain summaries of the batch's episodes
+    and rewrites the steps in one call per candidate.
+
+    Invalid JSON is retried ``retries`` times, then skipped and counted in ``failures``. Calls that
+    do not depend on each other (the gradients of a batch, the candidates) go out as one batch
+    when the chat model has ``generate_batch`` (:class:`~icml26.skillpro.rollout.BatchedLocalChat`).
+    Length caps: ``grad_tokens`` / ``agg_tokens`` new tokens, ``max_chars`` per step.
     """
 
     name = "llm"
 
-    def __init__(self, chat, retries: int = 2, max_chars: int = 200):
-        self.chat, self.retries, self.max_chars, self.failures, self.calls = (
-            chat,
-            retries,
-            max_chars,
-            0,
-            0,
+    def __init__(
+        self,
+        chat,
+        retries: int = 2,
+        max_chars: int = 200,
+        *,
+        semantic_gradient: bool = True,
+        grad_tokens: int = 96,
+        agg_tokens: int = 160,
+    ):
+        self.chat, self.retries, self.max_chars = chat, retries, max_chars
+        self.semantic_gradient, self.grad_tokens, self.agg_tokens = (
+            semantic_gradient,
+            grad_tokens,
+            agg_tokens,
         )
+        self.failures = self.calls = 0
+
+    @staticmethod
+    def _parse(reply: str) -> dict | None:
+        m = re.search(r"\{.*\}", reply, re.S)
+        try:
+            obj = json.loads(m.group(0)) if m else None
+        except json.JSONDecodeError:
+            obj = None
+        return obj if isinstance(obj, dict) else None
+
+    def _json_many(self, prompts: list[str], seeds: list[int], max_new_tokens: int, temps=None):
+        """Ask every prompt, retrying the unparsable ones; ``None`` where all tries failed.
+        First tries use ``temps`` (default greedy), retries sample at 0.7."""
+        out: list[dict | None] = [None] * len(prompts)
+        todo = list(range(len(prompts)))
+        for k in range(self.retries + 1):
+            if not todo:
+                break
+            kws = [
+                {
+                    "max_new_tokens": max_new_tokens,
+                    "temperature": (temps[i] if temps else 0.0) if k == 0 else 0.7,
+                    "seed": seeds[i] + k,
+                }
+                for i in todo
+            ]
+            msgs = [[{"role": "user", "content": prompts[i]}] for i in todo]
+            self.calls += len(todo)
+            if hasattr(self.chat, "generate_batch"):
+                replies = self.chat.generate_batch(
+                    [(m, kw, None) for m, kw in zip(msgs, kws, strict=True)]
+                )
+            else:
+                replies = [self.chat.chat(m, **kw) for m, kw in zip(msgs, kws, strict=True)]
+            for i, r in zip(todo, replies, strict=True):
+                out[i] = self._parse(r)
+            todo = [i for i in todo if out[i] is None]
+        self.failures += len(todo)
+        return out
 
     def _json(self, prompt: str, seed: int) -> dict | None:
-        for k in range(self.retries + 1):
-            self.calls += 1
-            reply = self.chat.chat(
-                [{"role": "user", "content": prompt}],
-                max_new_tokens=200,
-                temperature=0.0 if k == 0 else 0.7,
-                seed=seed + k,
-            )
-            m = re.search(r"\{.*\}", reply, re.S)
-            try:
-                obj = json.loads(m.group(0)) if m else None
-            except json.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict):
-                return obj
-        self.failures += 1
-        return None
+        return self._json_many([prompt], [seed], self.grad_tokens)[0]
+
+    @staticmethod
+    def summary(tr) -> str:
+        moves = ", ".join(s.action.strip().splitlines()[0][:24] if s.action.strip() else "''"
+                          for s in tr.steps[-6:])
+        return f"return {tr.ret:.2f} in {len(tr.steps)} moves; last moves: {moves}"
+
+    def _steps(self, agg) -> tuple[str, ...] | None:
+        steps = agg.get("steps") if agg else None
+        if not (
+            isinstance(steps, list)
+            and 3 <= len(steps) <= 5
+            and all(isinstance(s, str) and s.strip() for s in steps)
+        ):
+            return None
+        return tuple(s.strip().splitlines()[0][: self.max_chars] for s in steps)
 
     def propose(self, parent: Skill, batch, n: int) -> list[Skill]:
-        grads = []
-        for i, tr in enumerate(batch):
-            last = tr.steps[-1].obs[-400:] if tr.steps else ""
-            g = self._json(
-                f"Skill:\n{parent.text()}\n\nEpisode return {tr.ret:.2f}. Last state:\n{last}\n"
-                'Reply JSON: {"is_related": true|false, "edit": "<one new step, <= 120 chars>"}',
-                i,
-            )
-            if g is not None and isinstance(g.get("edit"), str) and g["edit"].strip():
-                grads.append(
-                    (bool(g.get("is_related")), g["edit"].strip().splitlines()[0][: self.max_chars])
-                )
-        if not grads:
-            return []
-        refine = sum(r for r, _ in grads) >= 0.5 * len(grads)
-        out = []
-        for j in range(n):
-            agg = self._json(
+        fmt = '{"steps": ["...", "...", "..."]} (3-5 steps)'
+        if self.semantic_gradient:
+            prompts = [
+                f"Skill:\n{parent.text()}\n\nEpisode return {tr.ret:.2f}. Last state:\n"
+                f"{tr.steps[-1].obs[-400:] if tr.steps else ''}\n"
+                'Reply JSON: {"is_related": true|false, "edit": "<one new step, <= 120 chars>"}'
+                for tr in batch
+            ]
+            grads = []
+            for g in self._json_many(prompts, list(range(len(batch))), self.grad_tokens):
+                if g is not None and isinstance(g.get("edit"), str) and g["edit"].strip():
+                    grads.append(
+                        (
+                            bool(g.get("is_related")),
+                            g["edit"].strip().splitlines()[0][: self.max_chars],
+                        )
+                    )
+            if not grads:
+                return []
+            refine = sum(r for r, _ in grads) >= 0.5 * len(grads)
+            agg_prompt = (
                 f"Skill:\n{parent.text()}\nProposed edits:\n"
                 + "\n".join(f"- {e}" for _, e in grads)
-                + '\nKeep recurring ones. Reply JSON: {"steps": ["...", "...", "..."]} (3-5 steps)',
-                100 + j,
+                + f"\nKeep recurring ones. Reply JSON: {fmt}"
             )
-            steps = agg.get("steps") if agg else None
-            if not (
-                isinstance(steps, list)
-                and 3 <= len(steps) <= 5
-                and all(isinstance(s, str) and s.strip() for s in steps)
-            ):
+        else:  # wo_sg: plain episode summaries, one rewrite per candidate, always REFINE
+            refine = True
+            agg_prompt = (
+                f"Skill:\n{parent.text()}\nEpisodes played with it:\n"
+                + "\n".join(f"- {self.summary(tr)}" for tr in batch)
+                + f"\nRewrite the skill's steps. Reply JSON: {fmt}"
+            )
+        out = []
+        # candidate 0 greedy, the others sampled (best-of-n needs distinct candidates)
+        aggs = self._json_many(
+            [agg_prompt] * n,
+            [100 + j for j in range(n)],
+            self.agg_tokens,
+            [0.0] + [0.7] * (n - 1),
+        )
+        for j, agg in enumerate(aggs):
+            steps = self._steps(agg)
+            if steps is None:
                 if agg is not None:
                     self.failures += 1
                 continue
-            steps = [s.strip().splitlines()[0][: self.max_chars] for s in steps]
             try:
                 out.append(
                     parent.child(steps=steps)
@@ -184,7 +256,7 @@ class LLMEvolver:
                     else Skill(
                         kebab(f"{parent.name}-new-{j}"),
                         parent.initiation,
-                        tuple(steps),
+                        steps,
                         parent.termination,
                         parent=f"{parent.name}@v{parent.version}",
                     )
@@ -224,15 +296,31 @@ class Trainer:
             raise UserError(
                 "the PPO gate needs action log-probs: pass a local scorer model (--scorer PATH)"
             )
+        if cfg.ablation == "wo_sg":
+            if not isinstance(evolver, LLMEvolver):
+                raise UserError(
+                    "ablation wo_sg removes the LLM evolver's semantic gradient; it needs an LLM "
+                    f"evolver, got {getattr(evolver, 'name', type(evolver).__name__)!r}"
+                )
+            evolver.semantic_gradient = False
         self.cfg, self.agent, self.env, self.evolver, self.scorer = cfg, agent, env, evolver, scorer
         self.embed_fn, self.baseline, self.buffers = embed_fn, Baseline(cfg.baseline_decay), {}
         self.log: list[dict] = []
         self.accepted = self.rejected = self.pruned = 0
 
     def iteration(self, it: int, seeds) -> dict:
-        cfg, pool = self.cfg, self.agent.pool
-        self.agent.epsilon, self.agent.t = cfg.epsilon(it), it
-        trajs = [self.agent.run_episode(self.env, s) for s in seeds]
+        """Roll out one episode per seed (one at a time), then :meth:`update`."""
+        self.begin(it)
+        return self.update(it, [self.agent.run_episode(self.env, s) for s in seeds])
+
+    def begin(self, it: int) -> None:
+        """Set the agent's exploration for iteration ``it`` (before its rollouts)."""
+        self.agent.epsilon, self.agent.t = self.cfg.epsilon(it), it
+
+    def update(self, it: int, trajs) -> dict:
+        """Credit, evolution and maintenance from iteration ``it``'s trajectories (rolled out
+        by :meth:`iteration`, or batched with other runs by ``rollout.run_episodes``)."""
+        pool = self.agent.pool
         b = (
             self.baseline.value
             if self.baseline.value is not None
