@@ -60,16 +60,15 @@ def eval_cmd(
 @app.command("build")
 def build_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder (default: the icml26 cache).")] = None,
-    steps: Annotated[int | None, typer.Option(help="One phase of this many steps (default: the claim's recipe, 700 + 600).")] = None,
+    vision_steps: Annotated[int | None, typer.Option(help="Stage 1 steps: vision tower on attribute labels (default: the claim's recipe).")] = None,
+    qa_steps: Annotated[int | None, typer.Option(help="Stage 2 steps: projector + LM on scenes QA (default: the claim's recipe).")] = None,
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Train the claim's tiny LLaVA on generated scenes QA and save it (from_pretrained-loadable)."""
-    from icml26.restore.train import build_recipe, build_tiny_llava
+    from icml26.restore.train import QA_STEPS, VISION_STEPS, build_tiny_llava
 
-    if steps is None:
-        path = build_recipe(out, log=typer.echo)
-    else:
-        path = build_tiny_llava(out, steps=steps, seed=seed, log=typer.echo)
+    path = build_tiny_llava(out, vision_steps=VISION_STEPS if vision_steps is None else vision_steps,
+                            qa_steps=QA_STEPS if qa_steps is None else qa_steps, seed=seed, log=typer.echo)
     typer.echo(str(path))
 
 

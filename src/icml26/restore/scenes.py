@@ -111,10 +111,10 @@ def _questions(scene: int, layout: dict, rng, dense: bool = False) -> list[Quest
     shapes = [v[0] for _, v in objs]
     colors = [v[1] for _, v in objs]
     qs = []
-    for sh in set(shapes):
+    for sh in dict.fromkeys(shapes):  # first-seen order: a set's order depends on PYTHONHASHSEED
         if shapes.count(sh) == 1:
             qs.append(Question(scene, "color", ("color", sh), colors[shapes.index(sh)]))
-    for co in set(colors):
+    for co in dict.fromkeys(colors):
         if colors.count(co) == 1:
             qs.append(Question(scene, "shape", ("shape", co), shapes[colors.index(co)]))
     for co in (COLORS if dense else [list(COLORS)[rng.integers(6)]]):
@@ -130,20 +130,79 @@ def _questions(scene: int, layout: dict, rng, dense: bool = False) -> list[Quest
     return qs
 
 
-def make_dataset(n_scenes: int, seed: int, per_scene: int | None = None, dense: bool = False):
+def make_dataset(n_scenes: int, seed: int, per_scene: int | None = None, dense: bool = False,
+                 return_layouts: bool = False):
     """``(images uint8 (S, 48, 48, 3), questions)``; ``per_scene`` caps questions per scene
     (chosen at random), ``None`` keeps all; ``dense`` asks every cell and every colour count
-    (training supervision) instead of one random each."""
+    (training supervision) instead of one random each. ``return_layouts`` appends the scenes'
+    layouts (same draws: the images and questions do not change)."""
     rng = np.random.default_rng(seed)
-    images, qs = [], []
+    images, qs, layouts = [], [], []
     for s in range(n_scenes):
         img, layout = make_scene(rng)
         images.append(img)
+        layouts.append(layout)
         q = _questions(s, layout, rng, dense)
         if per_scene is not None and len(q) > per_scene:
             q = [q[i] for i in rng.choice(len(q), per_scene, replace=False)]
         qs.extend(q)
+    if return_layouts:
+        return np.stack(images), qs, layouts
     return np.stack(images), qs
+
+
+def caption(layout: dict) -> list[tuple[str, bool]]:
+    """A dense caption, cell by cell in reading order: ``cell <row> <col>`` then ``<colour>
+    <shape>``, ``digit <d>`` or ``empty``. Returns ``(word, is_target)`` pairs; the words after
+    each cell's name are the targets (its position words are given)."""
+    out = []
+    for r in range(3):
+        for c in range(3):
+            out += [("cell", False), (ROWS[r], False), (COLS[c], False)]
+            v = layout.get((r, c))
+            words = ["empty"] if v is None else ["digit", v[1]] if v[0] == "digit" else [v[1], v[0]]
+            out += [(w, True) for w in words]
+    return out
+
+
+def scene_targets(layouts: list[dict]) -> torch.Tensor:
+    """Per scene, a multi-hot summary for the tower's CLS token: colours present (6), shapes
+    present (4), the digit (10; all zero without one). Float (S, 20)."""
+    out = torch.zeros(len(layouts), 20)
+    colors = list(COLORS)
+    for s, layout in enumerate(layouts):
+        for v in layout.values():
+            if v[0] == "digit":
+                out[s, 10 + int(v[1])] = 1.0
+            else:
+                out[s, colors.index(v[1])] = out[s, 6 + SHAPES.index(v[0])] = 1.0
+    return out
+
+
+ATTRIBUTES = {"color": 7, "shape": 6, "digit": 11, "cell": 9}  # classes of :func:`token_targets`
+
+
+def token_targets(layouts: list[dict], patch: int = 4) -> torch.Tensor:
+    """Per patch token, the attributes of the grid cell it lies in: long (S, N, 4) with columns
+    colour (0 none/digit, 1-6), shape (0 none, 1-4, 5 digit), digit (0 none, 1-10 for 0-9) and the
+    cell index 0-8 (row-major). The vision tower's pre-training targets."""
+    side = IMAGE // patch
+    per = CELL // patch
+    out = torch.zeros(len(layouts), side * side, 4, dtype=torch.long)
+    colors = list(COLORS)
+    for s, layout in enumerate(layouts):
+        for t in range(side * side):
+            r, c = divmod(t, side)
+            rc = (r // per, c // per)
+            out[s, t, 3] = rc[0] * 3 + rc[1]
+            v = layout.get(rc)
+            if v is None:
+                continue
+            if v[0] == "digit":
+                out[s, t, 1], out[s, t, 2] = 5, 1 + int(v[1])
+            else:
+                out[s, t, 0], out[s, t, 1] = 1 + colors.index(v[1]), 1 + SHAPES.index(v[0])
+    return out
 
 
 def pixel_values(images: np.ndarray) -> torch.Tensor:
