@@ -18,3 +18,5 @@ def test_tiny_claim_runs(tmp_path):
     for f in ("accuracy.png", "confusion.png", "rejections.png"):
         assert (tmp_path / "cyberpal" / "tiny" / f).is_file() or any(
             p.name == f for p in tmp_path.rglob("*.png"))
+    if rec["uninformative"]:  # the floor rule (both arms near zero OOD) forces inconclusive
+        assert rec["verdict"] == "inconclusive" and "floor" in rec["uninformative"]

@@ -86,3 +86,22 @@ def test_decontamination_catches_ids_and_near_duplicates():
     kept, counts = decontaminate(recs, ["CVE-1"], ["xss in search"], embed=fake_embed)
     assert [r["meta"]["id"] for r in kept] == ["CVE-3"]
     assert counts == {"by_id": 1, "near_duplicate": 1}
+
+
+@pytest.mark.parametrize("labels", [
+    ["CWE-79: a", "CWE-787: longer label here", "CWE-20: b"],  # common leading "CWE-"
+    ["x", "CWE-1: y", "zz top"],  # nothing in common beyond the prompt
+    ["CWE-7", "CWE-79: z"],  # one label is a prefix of another
+])
+def test_rank_prefix_cache_equals_full_path_float64(labels):
+    from icml26.core.lm import tiny_llama
+
+    model, tok = tiny_llama(hidden=32, layers=2, heads=2, vocab="bytes", seed=3)
+    model = model.double()
+    chats = [[{"role": "system", "content": "You map CVEs."},
+              {"role": "user", "content": "SQL injection in login.php via the id parameter"}],
+             [{"role": "user", "content": "xss"}]]
+    full = rank_labels(model, tok, chats, labels, batch_size=2, prefix_cache=False)
+    cached = rank_labels(model, tok, chats, labels, batch_size=2, prefix_cache=True)
+    np.testing.assert_allclose(cached, full, rtol=1e-10, atol=1e-10)
+    assert np.all(full < 0) and np.ptp(full[0]) > 0  # real, distinct scores

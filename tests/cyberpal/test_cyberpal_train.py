@@ -81,3 +81,27 @@ def test_jsonl_round_trip_and_bad_lines(tmp_path):
     p.write_text("{oops\n")
     with pytest.raises(UserError, match=r"d.jsonl:1: not JSON"):
         read_jsonl(p)
+
+
+def test_group_by_length_covers_each_chat_once_per_epoch_and_cuts_padding():
+    import numpy as np
+
+    from icml26.cyberpal.train import _batches
+
+    rng = np.random.default_rng(0)
+    lengths = [int(x) for x in rng.integers(60, 160, size=613)]
+    plain = _batches(613, 4, 2, 7)
+    grouped = _batches(613, 4, 2, 7, lengths, window=50)
+    for plan in (plain, grouped):
+        flat = [i for b in plan for i in b]
+        assert sorted(flat) == sorted(list(range(613)) * 2)
+        assert sorted(flat[:613]) == list(range(613))  # epoch 1 = every chat once
+        assert all(1 <= len(b) <= 4 for b in plan)
+
+    def padded(plan):
+        return sum(max(lengths[i] for i in b) * len(b) for b in plan)
+
+    real = 2 * sum(lengths)
+    assert padded(grouped) / real - 1 < 0.03 < padded(plain) / real - 1
+    assert grouped == _batches(613, 4, 2, 7, lengths, window=50)  # seeded
+    assert [len(b) for b in grouped].count(4) >= 150  # not all singletons

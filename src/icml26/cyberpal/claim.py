@@ -14,6 +14,11 @@ bf16 for evaluation), ``seeds`` (e.g. ``0,1``), ``n_cwes``, ``epochs``, ``lr``, 
 worker: several processes with the same options and their own ``--out`` can split the arms);
 ``merge=DIR1,DIR2`` copies the finished units of such workers (same configuration) into this
 run's memo first, so a run without ``units`` only scores what the workers computed.
+
+Floor rule: when both A and B are "at the floor" on OOD (fewer than ``floor_correct`` CVEs right,
+default 5, or accuracy under ``floor_chance`` x uniform chance over the labels, default 2), the
+result is marked uninformative (verdict inconclusive, reason recorded): +0.5 smoothing turns 1 vs 0
+right into 3x. See :func:`icml26.cyberpal.report.floor_reason`.
 """
 
 from __future__ import annotations

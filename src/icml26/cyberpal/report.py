@@ -17,6 +17,31 @@ ARM_NAMES = {"A": "(A) plain SFT", "B": "(B) template-grounded CoT SFT",
 LENGTH_BINS = ((0, 6), (7, 14), (15, 10_000))
 
 
+#: an arm is "at the floor" on OOD when it gets fewer than this many CVEs right (summed per-CVE
+#: correctness, averaged over seeds) ...
+FLOOR_MIN_CORRECT = 5.0
+#: ... or its accuracy is under this multiple of uniform chance over the label set
+FLOOR_CHANCE_MULT = 2.0
+
+
+def floor_reason(b, a, n_labels: int, *, min_correct: float = FLOOR_MIN_CORRECT,
+                 chance_mult: float = FLOOR_CHANCE_MULT) -> str | None:
+    """Why the B / A ratio cannot test the claim, or None. ``b``, ``a``: per-CVE OOD correctness
+    (means over seeds). When *both* arms are at the floor (under ``min_correct`` right, or
+    under ``chance_mult`` x 1/n_labels accuracy), the +0.5-smoothed ratio of two near-zero counts
+    (1 vs 0 right reads as 3x) says nothing about grounded reasoning."""
+    b, a = np.asarray(b, dtype=float), np.asarray(a, dtype=float)
+    n = len(b)
+    floor = max(min_correct / max(n, 1), chance_mult / max(n_labels, 1))
+    acc = {"B": float(b.mean()) if n else 0.0, "A": float(a.mean()) if n else 0.0}
+    if all(v < floor for v in acc.values()):
+        return (f"both arms at the floor on OOD: B {b.sum():g}/{n}, A {a.sum():g}/{n} right "
+                f"(accuracy {acc['B']:.3f} / {acc['A']:.3f} < floor {floor:.3f} = max("
+                f"{min_correct:g} CVEs, {chance_mult:g} x chance 1/{n_labels})); the smoothed "
+                "ratio of two near-zero counts does not measure the effect of grounded CoT")
+    return None
+
+
 def _ratio(b, a):
     return float((b.sum() + 0.5) / (a.sum() + 0.5))
 
@@ -124,14 +149,21 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
         notes.append(
             f"small keeps the issue's label set and test sets ({S['n_cwes']} CWEs, "
             f"{len(splits.id_test)} ID / {len(splits.ood_test)} OOD CVEs) but cuts training and "
-            f"the secondary rows to fit a shared 2-core CPU: at most {S['train_cap']} of the "
-            f"{len(splits.train)} training CVEs, {S['epochs']} epoch(s), seeds {seeds}, rank on "
+            f"the secondary rows to fit a shared 2-core CPU: "
+            f"{min(S['train_cap'], len(splits.train))} of the {len(splits.train)} training CVEs "
+            f"before verification/dedup/decontamination, {S['epochs']} epoch(s), seeds {seeds}, rank on "
             f"{S['n_rank']} OOD CVEs, {S['n_mcq']} MCQ items per difficulty (issue: all training "
             f"CVEs, MCQ 400). --opt train_cap=100000 --opt seeds=0,1 --opt n_mcq=200 "
             f"--opt n_rank=150 runs the issue's size.")
+    uninformative = floor_reason(
+        b_ood, a_ood, len(splits.labels),
+        min_correct=float(ctx.options.get("floor_correct", FLOOR_MIN_CORRECT)),
+        chance_mult=float(ctx.options.get("floor_chance", FLOOR_CHANCE_MULT)))
+    if uninformative:
+        notes.insert(0, "UNINFORMATIVE: " + uninformative)
     return Result(rows=rows, headline=Measure("OOD CVE->CWE any-gold accuracy, B / A", value,
                                               "x", spread, higher_is_better=True),
-                  target=target, notes=notes, figures=figs)
+                  target=target, notes=notes, figures=figs, uninformative=uninformative)
 
 
 def _fig_acc(ctx, per_cve):

@@ -76,6 +76,11 @@ class SFTConfig:
     lora_alpha: int = 32
     autocast: bool = True
     seed: int = 0
+    #: HF-style length grouping: each epoch's shuffled order is cut into windows of
+    #: ``50 * batch_size`` chats, sorted by length inside a window, batched, and the batches
+    #: shuffled; cuts padding (~15% of tokens at batch 4 on the CVE chats) but makes batches
+    #: length-homogeneous, so it is off by default (the claim's arms train without it)
+    group_by_length: bool = False
 
     def __post_init__(self) -> None:
         for name, lo in (("epochs", 1), ("batch_size", 1), ("max_len", 8), ("lora_r", 1)):
@@ -101,12 +106,23 @@ class SFTStats:
         return self.tokens_seen / max(self.wall_s, 1e-9)
 
 
-def _batches(n: int, bs: int, epochs: int, seed: int) -> list[list[int]]:
+def _batches(n: int, bs: int, epochs: int, seed: int,
+             lengths: list[int] | None = None, window: int = 50) -> list[list[int]]:
+    """Each epoch: a seeded permutation cut into batches of ``bs``. With ``lengths``: the
+    permutation is cut into windows of ``window * bs``, each sorted by length (longest first),
+    batched, and the epoch's batches shuffled (every chat still once per epoch)."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(epochs):
         perm = torch.randperm(n, generator=g).tolist()
-        out += [perm[i : i + bs] for i in range(0, n, bs)]
+        if lengths is None:
+            out += [perm[i : i + bs] for i in range(0, n, bs)]
+            continue
+        batches = []
+        for w in range(0, n, window * bs):
+            chunk = sorted(perm[w : w + window * bs], key=lambda i: -lengths[i])
+            batches += [chunk[i : i + bs] for i in range(0, len(chunk), bs)]
+        out += [batches[j] for j in torch.randperm(len(batches), generator=g).tolist()]
     return out
 
 
@@ -151,7 +167,8 @@ def sft(model, tok, records: list[dict], config: SFTConfig = SFTConfig(), *,
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    plan = _batches(len(encoded), config.batch_size, config.epochs, config.seed)
+    plan = _batches(len(encoded), config.batch_size, config.epochs, config.seed,
+                    [len(x) for x, _ in encoded] if config.group_by_length else None)
     steps_per_epoch = math.ceil(len(encoded) / config.batch_size)
     warm = max(1, int(config.warmup * len(plan)))
 
