@@ -26,6 +26,7 @@ from icml26.binarypc.cache import (
     BinaryPCCache,
     BinaryPCLayer,
     BinaryPCState,
+    _decoder_layers,
     check_model,
 )
 from icml26.binarypc.methods import BinaryPCConfig
@@ -50,12 +51,8 @@ _CAPTURE = "binarypc_capture"
 
 def attention_layers(model) -> list:
     """The self-attention modules of a decoder-only HF model (Llama family)."""
-    inner = getattr(model, "model", model)
-    layers = getattr(inner, "layers", None)
-    if layers is None:
-        raise ValueError(f"cannot patch {type(model).__name__}: no .model.layers decoder stack")
     mods = []
-    for layer in layers:
+    for layer in _decoder_layers(model):
         attn = getattr(layer, "self_attn", None)
         if (
             attn is None
