@@ -38,6 +38,17 @@ QA_STEPS = 1200
 CAPTION_FRAC = 0.0
 
 
+def _train_step(loss, opt, sched, params, ema: float | None) -> float:
+    """One clipped (max-norm 1) optimizer + schedule step on ``loss``; returns the loss EMA (0.95)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    sched.step()
+    lv = float(loss.detach())
+    return lv if ema is None else 0.95 * ema + 0.05 * lv
+
+
 def model_dir(root: Path | None = None) -> Path:
     from icml26.core.lm import cache_root
 
@@ -107,13 +118,7 @@ def pretrain_vision(model, images, layouts, *, steps: int, batch: int = 32, lr: 
         loss = sum(torch.nn.functional.cross_entropy(lg.reshape(-1, k), tg[..., j].reshape(-1))
                    for j, (lg, k) in enumerate(zip(logits, sizes, strict=True)))
         loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(cls_logits, cls_targets[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        lv = float(loss.detach())
-        ema = lv if ema is None else 0.95 * ema + 0.05 * lv
+        ema = _train_step(loss, opt, sched, params, ema)
         curve.append(ema)
         tick(1)
         if log and (step % 100 == 0 or step == steps - 1):
@@ -190,13 +195,7 @@ def train_qa(model, feats, by_scene, *, steps: int, batch: int = 16, lr: float =
             h = text_hidden(model, ids, feats[torch.as_tensor(idx)])
             logits = model.lm_head(h[tg[:, 0], tg[:, 1]])
         loss = torch.nn.functional.cross_entropy(logits.float(), tg[:, 2])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        lv = float(loss.detach())
-        ema = lv if ema is None else 0.95 * ema + 0.05 * lv
+        ema = _train_step(loss, opt, sched, params, ema)
         curve.append(ema)
         tick(1)
         if log and (step % 100 == 0 or step == steps - 1):
