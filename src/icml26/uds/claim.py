@@ -59,6 +59,15 @@ class Scale:
     lm: str | None = None  # None: from-scratch tiny_llama; else load_lm(lm) + LoRA r=8, alpha=16
 
 
+def _float_list(ctx: RunContext, key: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in str(ctx.options[key]).split(","))
+    except ValueError:
+        raise UserError(
+            f"option {key}: expected comma-separated floats; got {ctx.options[key]!r}"
+        ) from None
+
+
 def scale_for(ctx: RunContext) -> Scale:
     tiny = Scale(
         hidden=64, layers=2, heads=4,
@@ -101,20 +110,9 @@ def scale_for(ctx: RunContext) -> Scale:
     else:
         sc = ctx.pick(tiny=tiny, small=small, full=full)
     if "lrs" in ctx.options:
-        try:
-            lrs = tuple(float(x) for x in str(ctx.options["lrs"]).split(","))
-        except ValueError:
-            raise UserError(
-                f"option lrs: expected comma-separated floats; got {ctx.options['lrs']!r}"
-            ) from None
-        sc = replace(sc, lrs=lrs)
+        sc = replace(sc, lrs=_float_list(ctx, "lrs"))
     if "budgets" in ctx.options:  # e.g. budgets=0.25 to run the headline budget only
-        try:
-            budgets = tuple(float(x) for x in str(ctx.options["budgets"]).split(","))
-        except ValueError:
-            raise UserError(
-                f"option budgets: expected comma-separated floats; got {ctx.options['budgets']!r}"
-            ) from None
+        budgets = _float_list(ctx, "budgets")
         if sc.ablation_budget not in budgets:
             raise UserError(
                 f"option budgets must include the headline budget {sc.ablation_budget:g}"
