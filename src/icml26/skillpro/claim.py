@@ -277,12 +277,22 @@ def run(ctx: RunContext) -> Result:
         for n, t in trainers.items()
         if t is not None
     }
-    top = {
-        n: max((s.freq for s in agents[n].pool), default=0) for n, t in trainers.items() if t
-    }
+
+    def _evolution_state(pool) -> str:
+        # Why a skill did or did not become a candidate: calls, and its gap to the best mature skill
+        # (the priority is 0 within 0.01 of it, so the best skill itself never evolves).
+        if not len(pool):
+            return "empty pool"
+        s = max(pool, key=lambda k: k.freq)
+        mature = [k.avg_gain for k in pool if k.maturity >= 3 and k.freq > 0]
+        best = max(mature, default=0.0)
+        return (f"most-called skill {s.freq:g} calls, avg gain {s.avg_gain:+.3f} vs best mature "
+                f"{best:+.3f}")
+
     notes.append(
-        "Evolution attempts per condition (a skill needs >= 15 calls and >= 6 buffered episodes): "
-        + ", ".join(f"{n} {tried[n]} (most-called skill {top[n]:g} calls)" for n in tried)
+        "Evolution attempts per condition (a skill needs >= 15 calls, >= 6 buffered episodes and "
+        "an average gain more than 0.01 below the best mature skill's): "
+        + ", ".join(f"{n} {tried[n]} ({_evolution_state(agents[n].pool)})" for n in tried)
     )
     if by["wo_ppo"]["eval return"] > by["Skill-Pro (gate)"]["eval return"]:
         notes.append("wo_ppo (always accept) beat the gated run in this measurement.")
