@@ -49,8 +49,8 @@ def _sizes(ctx: RunContext) -> dict:
     base = ctx.pick(
         tiny=dict(n_cwes=10, n_id_test=12, n_ood=16, train_cap=20, epochs=2, batch=1, lr=3e-3,
                   seeds="0", max_new=(16, 48), n_rank=4, n_mcq=8, n_lm=2, gen_bs=64),
-        small=dict(n_cwes=50, n_id_test=150, train_cap=100, epochs=1, batch=4, lr=1e-4,
-                   seeds="0", max_new=(32, 84), n_rank=3, n_mcq=24, n_lm=8, gen_bs=48),
+        small=dict(n_cwes=50, n_id_test=150, train_cap=100_000, epochs=1, batch=4, lr=1e-4,
+                   seeds="0,1", max_new=(32, 84), n_rank=40, n_mcq=48, n_lm=8, gen_bs=48),
         full=dict(n_cwes=50, n_id_test=150, train_cap=100_000, epochs=2, batch=8, lr=2e-5,
                   seeds="0,1,2", max_new=(48, 160), n_rank=150, n_mcq=400, n_lm=100_000,
                   gen_bs=32),
