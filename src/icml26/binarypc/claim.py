@@ -26,6 +26,7 @@ from icml26.binarypc.codes import binary_pcs
 from icml26.binarypc.methods import BinaryPCConfig, make_method, metadata_bytes
 from icml26.binarypc.patch import capture_qkv, expand_meta, sparse_decode
 from icml26.binarypc.select import budget, dense_attention
+from icml26.core.checkpoint import Memo, source_fingerprint
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.lm import load_lm
@@ -126,6 +127,30 @@ PASSKEY_VARIANTS = ("BinaryPC", "SimHash-64 (LSH)", "MagicPIG (K=10, L=150)", "Q
 PASSKEY_MIN_DENSE = 0.8
 
 
+def _jsonable(x):
+    """numpy arrays -> lists (recursively), for the memo."""
+    if isinstance(x, np.ndarray):
+        return {"__array__": x.tolist()}
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def _arrays(x):
+    """Inverse of :func:`_jsonable`."""
+    if isinstance(x, dict):
+        if set(x) == {"__array__"}:
+            return np.asarray(x["__array__"])
+        return {k: _arrays(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_arrays(v) for v in x]
+    return x
+
+
 def _ints(ctx, name, default):
     if name not in ctx.options:
         return default
@@ -181,19 +206,45 @@ def run(ctx: RunContext) -> Result:
     offline = {li: binary_pcs(cq[li][1][0].float().cpu(), 64, 4, generator=gen) for li in layers}
     del cq
 
+    # Each finished stage unit (a context, the perplexity study, a passkey length) is kept in a
+    # memo: a crash or Ctrl-C resumes from it; changed options or code start afresh.
+    memo = Memo(
+        ctx.out_dir / "memo.json",
+        config={
+            "scale": ctx.scale,
+            "seed": ctx.seed,
+            "model": str(ctx.options.get("model")),
+            "dtype": str(dtype),
+            "lengths": lengths,
+            "positions": n_pos,
+            "layers": layers,
+            "fracs": fracs,
+            "ppl": [ppl_prefix, ppl_tokens, ppl_seqs],
+            "passkey": [pk_lengths, pk_trials],
+            "code": source_fingerprint("icml26.binarypc"),
+        },
+    )
+
     # 1. attention-mass recall on shared dense prefills
     records, start = [], 0
     tick = ctx.progress.task("recall: contexts × layers", total=len(lengths) * len(layers))
     scaling = model.model.layers[0].self_attn.scaling
-    for ci, L in enumerate(lengths):
+
+    def context_records(L, start):
         qkv, _ = capture_qkv(model, ids[start : start + L].reshape(1, -1))
-        start += L
         qkv = [tuple(t.cpu() for t in x) for x in qkv]
-        for r in evaluate_context(qkv, layers, n_pos, fracs, ctx.seed, offline, scaling, tick):
+        return _jsonable(
+            evaluate_context(qkv, layers, n_pos, fracs, ctx.seed, offline, scaling, tick)
+        )
+
+    for ci, L in enumerate(lengths):
+        if f"recall/{ci}" in memo:
+            tick(len(layers))
+        for r in _arrays(memo.compute(f"recall/{ci}", lambda L=L, s=start: context_records(L, s))):
             r["ctx"] = ci
             r["L"] = L
             records.append(r)
-        del qkv
+        start += L
 
     rows = []
     D = model.config.hidden_size // model.config.num_attention_heads
@@ -261,7 +312,19 @@ def run(ctx: RunContext) -> Result:
         for lab in (PPL_VARIANTS if ctx.scale != "tiny" else PPL_VARIANTS[:1])
     }
     tick = ctx.progress.task("perplexity: sequences × methods", total=ppl_seqs * len(ppl_cfgs))
-    nll = perplexity_study(model, seqs, ppl_prefix, ppl_cfgs, progress=tick) if seqs else {}
+    if seqs and "perplexity" in memo:
+        tick(ppl_seqs * len(ppl_cfgs))
+    nll = {
+        k: _arrays(v)
+        for k, v in memo.compute(
+            "perplexity",
+            lambda: (
+                _jsonable(perplexity_study(model, seqs, ppl_prefix, ppl_cfgs, progress=tick))
+                if seqs
+                else {}
+            ),
+        ).items()
+    }
     dense_nll = nll.get("Dense")
     ppl_ratio = {}
     for label, x in nll.items():
@@ -294,9 +357,23 @@ def run(ctx: RunContext) -> Result:
             for lab in (PASSKEY_VARIANTS if ctx.scale != "tiny" else PASSKEY_VARIANTS[:1])
         }
         tick = ctx.progress.task("passkey trials", total=sum(pk_trials))
-        pk_recs = passkey_study(
-            model, tok, filler, pk_lengths, pk_trials, pk_cfgs, seed=ctx.seed, progress=tick
-        )
+        for L, n in zip(pk_lengths, pk_trials, strict=True):
+            key = f"passkey/{L}x{n}"
+            if key in memo:
+                tick(n)
+            pk_recs += memo.compute(
+                key,
+                lambda L=L, n=n: passkey_study(
+                    model,
+                    tok,
+                    filler,
+                    [L],
+                    [n],
+                    pk_cfgs,
+                    seed=ctx.seed * 100_003 + L,
+                    progress=tick,
+                ),
+            )
     uninformative_lengths = []
     for L in pk_lengths:
         dense_acc = np.mean(

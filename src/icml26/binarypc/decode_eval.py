@@ -24,7 +24,7 @@ import torch
 from icml26.binarypc.methods import BinaryPCConfig
 from icml26.binarypc.patch import apply_binarypc, prime, remove_binarypc, sparse_replay
 
-__all__ = ["perplexity_study", "passkey_prompt", "passkey_study"]
+__all__ = ["perplexity_study", "passkey_prompt", "passkey_reserve", "passkey_study"]
 
 PASSKEY_INTRO = (
     "There is a pass key hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -113,6 +113,8 @@ def passkey_study(
 ) -> list[dict]:
     """Passkey retrieval with dense and sparse decode from one shared dense prefill per trial.
 
+    A trial of length L is a prompt of L - :func:`passkey_reserve` tokens, so the prompt, the
+    greedy answer and the key replay all fit in L positions (L may equal the model's limit).
     Returns one dict per (length, trial, method): exact match (the key appears in the greedy
     answer), key log-likelihood (sum over the key's tokens, teacher-forced: the first from the
     dense prefill, the rest from sparse decode queries), depth and the answer text.
@@ -123,10 +125,13 @@ def passkey_study(
         for i in range(n):
             depth = depths[i % len(depths)]
             key = str(rng.randint(10000, 99999))
-            start = (i * 1009) % max(1, filler.numel() - L)
-            ids = passkey_prompt(tok, filler[start:], L, depth, key)
             key_ids = tok(" " + key, add_special_tokens=False).input_ids
             kt = torch.tensor([key_ids])
+            # The whole trial fits in L positions: prompt + the greedy answer (max_new forwards)
+            # and the teacher-forced key replay (len(key) - 1 tokens) both stay below L.
+            P = L - passkey_reserve(max_new, len(key_ids))
+            start = (i * 1009) % max(1, filler.numel() - P)
+            ids = passkey_prompt(tok, filler[start:], P, depth, key)
             out = model(input_ids=torch.tensor([ids]), use_cache=True)
             past, last = out.cache, out.logits[0, -1]
             lp0 = float(torch.log_softmax(last.double(), -1)[key_ids[0]])
@@ -137,13 +142,13 @@ def passkey_study(
                     cache = past if cfg is None else prime(model, past)
                     toks = _greedy(model, cache, last, max_new)
                     del cache
-                    _crop(past, L)
+                    _crop(past, P)
                     if len(key_ids) > 1:
                         if cfg is None:
                             logits = model(input_ids=kt[:, :-1], cache=past, use_cache=True).logits
-                            _crop(past, L)
+                            _crop(past, P)
                         else:
-                            logits = sparse_replay(model, kt[:, :-1], L, past=past)
+                            logits = sparse_replay(model, kt[:, :-1], P, past=past)
                         rest = -_nll(logits[0], kt[0, 1:]).sum()
                     else:
                         rest = 0.0
@@ -166,6 +171,12 @@ def passkey_study(
             if progress is not None:
                 progress(1)
     return recs
+
+
+def passkey_reserve(max_new: int, key_tokens: int) -> int:
+    """Positions a passkey trial of length L keeps free after its prompt of L - reserve tokens:
+    the greedy answer feeds ``max_new`` tokens, the key replay ``key_tokens - 1``."""
+    return max(max_new, key_tokens - 1)
 
 
 def passkey_config(frac: float, **over) -> BinaryPCConfig:
