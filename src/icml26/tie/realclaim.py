@@ -21,10 +21,11 @@ Three parts, as in the issue:
 Options: ``prompts``, ``samples``, ``ks_prompts``, ``ks_samples``, ``n_label``, ``cap``,
 ``boot`` (KS bootstrap replicates), ``batch`` (sampler batch), ``device`` (sampler; default
 cuda when available), ``model`` (HF folder; default
-SmolLM2), ``requests``, ``seeds``, ``loads``. The defaults at ``small`` are reduced (see ``SMALL``);
-the issue's small size is ``--opt prompts=96 samples=12 ks_prompts=16 ks_samples=48`` (~300-400k
-sampled tokens at cap 1024: hours on one loaded CPU core even with the preallocated-KV sampler,
-minutes on a GPU with ``model=`` a local folder; the cache makes it resumable).
+SmolLM2), ``requests``, ``seeds``, ``loads``. The defaults at ``small`` are the issue's sizes
+(``SMALL``): 96 prompts x 12 samples + 16 x 48 for KS at cap 1024, about 380k sampled tokens,
+roughly 1.5 CPU-hours on one core with the preallocated-KV sampler and minutes on a GPU with
+``model=`` a local folder; the on-disk cache makes sampling resumable, and
+``--opt prompts=24 samples=8 ks_prompts=6 ks_samples=24`` is the reduced size of earlier runs.
 """
 
 from __future__ import annotations
@@ -63,10 +64,8 @@ HEADLINE_LOAD = 0.9
 PAPER_KS = {"log-t nu=3.5": 0.906, "log-t free nu": 0.931, "log-normal": 0.603}
 PAPER_TAIL = {"skew": 3.10, "cv": 1.09, "top10_share": 0.357, "p99_p50": 10.77}
 
-# `small` sampling sizes: reduced from the issue's 96 x 12 + 16 x 48 at cap 1024 (see docs/tie.md):
-# what one sampler process at ~1/4 of a loaded 2-core CPU drew in 46 min; the issue's size is
-# --opt prompts=96 samples=12 ks_prompts=16 ks_samples=48 (the simulation sizes are the issue's)
-SMALL = {"prompts": 24, "samples": 8, "ks_prompts": 6, "ks_samples": 24, "cap": 1024}
+# `small` sampling sizes: the issue's 96 x 12 + 16 x 48, at cap 1024 (see docs/tie.md)
+SMALL = {"prompts": 96, "samples": 12, "ks_prompts": 16, "ks_samples": 48, "cap": 1024}
 SMALL_SIM = {"requests": 4000, "seeds": 5, "loads": "0.6,0.7,0.8,0.9,1.0"}  # the issue's
 TINY = {"prompts": 12, "samples": 8, "ks_prompts": 6, "ks_samples": 8}
 
