@@ -166,18 +166,20 @@ def run(ctx: RunContext) -> Result:
     device = check_device(ctx.device)
     dtype = parse_dtype(ctx.options.get("dtype", "fp32"))
     lengths = _ints(
-        ctx, "lengths", ctx.pick(tiny=[1024], small=[2048, 4096, 8192], full=[8192] * 6)
+        ctx,
+        "lengths",
+        ctx.pick(tiny=[1024], small=[2048, 2048, 4096, 4096, 8192, 8192], full=[8192] * 6),
     )
-    n_pos = int(ctx.options.get("positions", ctx.pick(tiny=8, small=24, full=48)))
-    layer_step = int(ctx.options.get("layer_step", ctx.pick(tiny=1, small=3, full=1)))
+    n_pos = int(ctx.options.get("positions", ctx.pick(tiny=8, small=48, full=48)))
+    layer_step = int(ctx.options.get("layer_step", ctx.pick(tiny=1, small=1, full=1)))
     fracs = ctx.pick(tiny=[0.02], small=[0.02, 0.05, 0.10], full=[0.02, 0.05, 0.10])
     ppl_prefix = int(ctx.options.get("ppl_prefix", ctx.pick(tiny=160, small=4096, full=4096)))
     ppl_tokens = int(ctx.options.get("ppl_tokens", ctx.pick(tiny=8, small=256, full=256)))
-    ppl_seqs = int(ctx.options.get("ppl_seqs", ctx.pick(tiny=1, small=1, full=4)))
+    ppl_seqs = int(ctx.options.get("ppl_seqs", ctx.pick(tiny=1, small=2, full=4)))
     pk_lengths = _ints(
         ctx, "passkey_lengths", ctx.pick(tiny=[256], small=[2048, 4096, 8192], full=[8192])
     )
-    pk_trials = _ints(ctx, "passkey_trials", ctx.pick(tiny=[1], small=[5, 3, 2], full=[10]))
+    pk_trials = _ints(ctx, "passkey_trials", ctx.pick(tiny=[1], small=[10, 10, 5], full=[10]))
     if len(pk_trials) != len(pk_lengths):
         raise UserError(
             f"options passkey_trials {pk_trials} and passkey_lengths {pk_lengths} differ in length"
