@@ -354,28 +354,10 @@ def refusal_rows(runs: list[dict], seed: int = 0) -> list[dict]:
 def _rows(ctx, P: dict) -> list[dict]:
     if P["part"] == "refusal":
         return refusal_rows(P["runs"], ctx.seed)
+    from icml26.corrsteer.refusal_exp import paired_rows
+
     runs, name = P["runs"], P["name"]
-    names = runs[0]["names"]
-    rows = []
-    for k, n in enumerate(names):
-        diff = np.concatenate([r["test"][k].astype(float) - r["test"][0] for r in runs])
-        per_seed = [100 * float(r["test"][k].mean() - r["test"][0].mean()) for r in runs]
-        ci = bootstrap_ci(lambda d: 100 * float(d.mean()), diff, seed=ctx.seed) if k else (0.0, 0.0)
-        better = int(sum((r["test"][k] > r["test"][0]).sum() for r in runs))
-        worse = int(sum((r["test"][k] < r["test"][0]).sum() for r in runs))
-        rows.append({
-            "task": name,
-            "system": n,
-            "test acc %": round(100 * float(np.mean([r["test"][k].mean() for r in runs])), 2),
-            "Δacc pp": round(float(np.mean(per_seed)), 2),
-            "Δ min/max over seeds": f"{min(per_seed):+.2f} / {max(per_seed):+.2f}",
-            "Δ 95% CI": f"[{ci[0]:+.2f}, {ci[1]:+.2f}]",
-            "better/worse": f"{better}/{worse}",
-            "SER": None if better + worse == 0 else round(worse / (better + worse), 3),
-            "features": "; ".join(
-                "|".join(f"L{f['layer']}#{f['index']}({f['r']:+.2f})" for f in r["features"][n]) or "—"
-                for r in runs),
-        })
+    rows = paired_rows(runs, name, lambda d: bootstrap_ci(lambda x: 100 * float(x.mean()), d, seed=ctx.seed))
     if P["sft"]:
         sft = P["sft"]
         diff = np.concatenate([x["sft"].astype(float) - x["base"] for x in sft])

@@ -123,29 +123,9 @@ def run_seed(model, data: ItemPass, saes: dict, splits: Splits, seed: int, *, n_
     sys_p, info_p = select(accs, "P", w_dec, validate=validate, coef_mode=coef_mode)
     sys_raw, info_raw = select(raw_accs, "P", {L: None for L in layers}, validate=validate,
                                coef_mode=coef_mode, source="raw")
-    at = sorted({f.layer for f in sys_p}) or [sys_s[0].layer]
-    # CAA: mean residual of correct minus incorrect train items, at P's layers; strength on val.
-    caa_dirs = {L: (data.resid[L][tr][y > 0.5].double().mean(0) - data.resid[L][tr][y <= 0.5].double().mean(0))
-                for L in at}
-    caa_cands = [[Feature(L, -1, a, 0.0, caa_dirs[L], "caa") for L in at] for a in caa_strengths]
-    caa_val = validate(caa_cands)
-    caa_best = int(np.argmax(caa_val))
-    sys_caa = caa_cands[caa_best]
-    # Random alive features at the same layers, each with the steering norm of the feature it
-    # stands in for (P's feature at that layer, else S's).
-    ref = {f.layer: f for f in sys_s}
-    ref.update({f.layer: f for f in sys_p})
-    rng = np.random.default_rng(10_000 + seed)
-    randoms = []
-    for _ in range(n_random):
-        feats = []
-        for L in at:
-            alive = np.flatnonzero((codes[L] > 0).any(0).numpy())
-            j = int(rng.choice(alive))
-            norm = float(ref[L].vector.norm())
-            direction = w_dec[L][j].double()
-            feats.append(Feature(L, j, norm / float(direction.norm()), 0.0, direction, "random"))
-        randoms.append(feats)
+    train_resid = {L: data.resid[L][tr] for L in data.resid}
+    sys_caa, caa_strength, caa_val, randoms = baseline_systems(
+        train_resid, y, sys_s, sys_p, codes, w_dec, validate, caa_strengths, n_random, seed)
     names = ["unsteered", "CorrSteer-S", "CorrSteer-A", "CorrSteer-P", "raw-mode P",
              "mean-difference (CAA)"] + [f"random feature #{k + 1}" for k in range(n_random)]
     systems = [[], sys_s, sys_a, sys_p, sys_raw, sys_caa] + randoms
@@ -153,7 +133,7 @@ def run_seed(model, data: ItemPass, saes: dict, splits: Splits, seed: int, *, n_
     return {
         "seed": seed, "names": names, "test": test, "test_idx": te,
         "features": {n: [f.to_dict() for f in s] for n, s in zip(names, systems, strict=True)},
-        "p_info": info_p, "raw_info": info_raw, "caa_strength": caa_strengths[caa_best],
+        "p_info": info_p, "raw_info": info_raw, "caa_strength": caa_strength,
         "caa_val": caa_val, "top_r": {L: np.sort(np.abs(a.corr()))[::-1][:10].tolist() for L, a in accs.items()},
         "base_train_acc": float(y.mean()),
         "ser": {n: side_effect_ratio(test[0], test[k]) for k, n in enumerate(names)},
@@ -191,3 +171,33 @@ def sft_baseline(model, data: ItemPass, splits: Splits, seed: int, cfg=None, pro
             "changed": int(sum(int(base_logits[j, :len(data.items[i].choices)].argmax()
                                    != ft_logits[j, :len(data.items[i].choices)].argmax())
                                for j, i in enumerate(te)))}
+
+
+def baseline_systems(resid, y, sys_s, sys_p, codes, w_dec, validate, caa_strengths, n_random, seed):
+    """The CAA and random-feature baselines, at CorrSteer-P's layers (S's layer if P kept none).
+
+    CAA: mean pooled residual of rewarded minus unrewarded train examples (``resid[L]``: train
+    rows), strength picked by ``validate``. Random: ``n_random`` draws of one alive feature per
+    layer, each scaled to the steering norm of the feature it stands in for (P's at that layer,
+    else S's). Returns (CAA system, its strength, validation scores, random systems).
+    """
+    at = sorted({f.layer for f in sys_p}) or [sys_s[0].layer]
+    pos = y > 0.5
+    caa_dirs = {L: resid[L][pos].double().mean(0) - resid[L][~pos].double().mean(0) for L in at}
+    caa_cands = [[Feature(L, -1, a, 0.0, caa_dirs[L], "caa") for L in at] for a in caa_strengths]
+    caa_val = validate(caa_cands)
+    caa_best = int(np.argmax(caa_val))
+    ref = {f.layer: f for f in sys_s}
+    ref.update({f.layer: f for f in sys_p})
+    rng = np.random.default_rng(10_000 + seed)
+    randoms = []
+    for _ in range(n_random):
+        feats = []
+        for L in at:
+            alive = np.flatnonzero((codes[L] > 0).any(0).numpy())
+            j = int(rng.choice(alive))
+            direction = w_dec[L][j].double()
+            feats.append(Feature(L, j, float(ref[L].vector.norm()) / float(direction.norm()), 0.0,
+                                 direction, "random"))
+        randoms.append(feats)
+    return caa_cands[caa_best], caa_strengths[caa_best], caa_val, randoms

@@ -31,6 +31,7 @@ import torch
 
 from icml26.core.errors import UserError
 from icml26.corrsteer.correlate import CorrelationAccumulator, check_rewards
+from icml26.corrsteer.experiment import baseline_systems
 from icml26.corrsteer.refusal import chat_prompt, is_refusal, refusal_split
 from icml26.corrsteer.steer import Feature, Steerer, select, side_effect_ratio, steering_deltas
 from icml26.corrsteer.train import blocks
@@ -206,28 +207,11 @@ def refusal_seed(model, tok, saes: dict, harm_ids: list[torch.Tensor], base: Uns
     sys_p, info_p = select(accs, "P", w_dec, validate=validate, coef_mode=coef_mode)
     sys_raw, info_raw = select(raw_accs, "P", {L: None for L in layers}, validate=validate,
                                coef_mode=coef_mode, source="raw")
-    at = sorted({f.layer for f in sys_p}) or [sys_s[0].layer]
-    pos = y > 0.5
-    caa_dirs = {L: resid[L][pos].double().mean(0) - resid[L][~pos].double().mean(0) for L in at}
-    caa_cands = [[Feature(L, -1, a, 0.0, caa_dirs[L], "caa") for L in at] for a in caa_strengths]
-    caa_val = validate(caa_cands)
-    caa_best = int(np.argmax(caa_val))
-    ref = {f.layer: f for f in sys_s}
-    ref.update({f.layer: f for f in sys_p})
-    rng = np.random.default_rng(10_000 + seed)
-    randoms = []
-    for _ in range(n_random):
-        feats = []
-        for L in at:
-            alive = np.flatnonzero((codes[L] > 0).any(0).numpy())
-            j = int(rng.choice(alive))
-            direction = w_dec[L][j].double()
-            feats.append(Feature(L, j, float(ref[L].vector.norm()) / float(direction.norm()), 0.0, direction,
-                                 "random"))
-        randoms.append(feats)
+    caa_sys, caa_strength, caa_val, randoms = baseline_systems(
+        resid, y, sys_s, sys_p, codes, w_dec, validate, caa_strengths, n_random, seed)
     names = ["unsteered", "CorrSteer-S", "CorrSteer-A", "CorrSteer-P", "raw-mode P",
              "mean-difference (CAA)"] + [f"random feature #{k + 1}" for k in range(n_random)]
-    systems = [[], sys_s, sys_a, sys_p, sys_raw, caa_cands[caa_best]] + randoms
+    systems = [[], sys_s, sys_a, sys_p, sys_raw, caa_sys] + randoms
     test, texts = system_rates(model, tok, harm_ids, te, systems, max_new_tokens=max_new_tokens,
                                progress=progress, desc=f"test (seed {seed})", keep_texts=3)
     benign, _ = system_rates(model, tok, benign_ids, range(len(benign_ids)), systems,
@@ -235,7 +219,7 @@ def refusal_seed(model, tok, saes: dict, harm_ids: list[torch.Tensor], base: Uns
     rec.update({
         "names": names, "test": test, "benign": benign, "examples": dict(zip(names, texts, strict=True)),
         "features": {n: [f.to_dict() for f in s] for n, s in zip(names, systems, strict=True)},
-        "p_info": info_p, "raw_info": info_raw, "caa_strength": caa_strengths[caa_best], "caa_val": caa_val,
+        "p_info": info_p, "raw_info": info_raw, "caa_strength": caa_strength, "caa_val": caa_val,
         "top_r": {L: np.sort(np.abs(a.corr()))[::-1][:10].tolist() for L, a in accs.items()},
         "ser": {n: side_effect_ratio(test[0], test[k]) for k, n in enumerate(names)},
     })
