@@ -127,28 +127,7 @@ PASSKEY_VARIANTS = ("BinaryPC", "SimHash-64 (LSH)", "MagicPIG (K=10, L=150)", "Q
 PASSKEY_MIN_DENSE = 0.8
 
 
-def _jsonable(x):
-    """numpy arrays -> lists (recursively), for the memo."""
-    if isinstance(x, np.ndarray):
-        return {"__array__": x.tolist()}
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
-
-
-def _arrays(x):
-    """Inverse of :func:`_jsonable`."""
-    if isinstance(x, dict):
-        if set(x) == {"__array__"}:
-            return np.asarray(x["__array__"])
-        return {k: _arrays(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_arrays(v) for v in x]
-    return x
+RECALL_ARRAYS = ("mass", "err", "attended", "recall")  # per-position arrays of a recall record
 
 
 def _ints(ctx, name, default):
@@ -232,20 +211,17 @@ def run(ctx: RunContext) -> Result:
     tick = ctx.progress.task("recall: contexts × layers", total=len(lengths) * len(layers))
     scaling = model.model.layers[0].self_attn.scaling
 
-    def context_records(L, start):
+    def context_records(L, start):  # the memo stores the arrays as lists (Memo.put)
         qkv, _ = capture_qkv(model, ids[start : start + L].reshape(1, -1))
         qkv = [tuple(t.cpu() for t in x) for x in qkv]
-        return _jsonable(
-            evaluate_context(qkv, layers, n_pos, fracs, ctx.seed, offline, scaling, tick)
-        )
+        return evaluate_context(qkv, layers, n_pos, fracs, ctx.seed, offline, scaling, tick)
 
     for ci, L in enumerate(lengths):
         if f"recall/{ci}" in memo:
             tick(len(layers))
-        for r in _arrays(memo.compute(f"recall/{ci}", lambda L=L, s=start: context_records(L, s))):
-            r["ctx"] = ci
-            r["L"] = L
-            records.append(r)
+        for r in memo.compute(f"recall/{ci}", lambda L=L, s=start: context_records(L, s)):
+            # a new dict: the memo's own unit stays plain JSON
+            records.append({**r, **{k: np.asarray(r[k]) for k in RECALL_ARRAYS}, "ctx": ci, "L": L})
         start += L
 
     rows = []
@@ -317,13 +293,11 @@ def run(ctx: RunContext) -> Result:
     if seqs and "perplexity" in memo:
         tick(ppl_seqs * len(ppl_cfgs))
     nll = {
-        k: _arrays(v)
+        k: np.asarray(v)
         for k, v in memo.compute(
             "perplexity",
             lambda: (
-                _jsonable(perplexity_study(model, seqs, ppl_prefix, ppl_cfgs, progress=tick))
-                if seqs
-                else {}
+                perplexity_study(model, seqs, ppl_prefix, ppl_cfgs, progress=tick) if seqs else {}
             ),
         ).items()
     }
