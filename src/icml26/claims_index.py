@@ -10,6 +10,7 @@ docs/scale.md.
 from __future__ import annotations
 
 from icml26.core.claims import Claim, Resources, lazy
+from icml26.core.power import PowerSpec
 
 SERVING, COMPRESSION, TRAINING, EVALUATION, INTERP, APPS, HEALTH = (
     "serving",
@@ -32,6 +33,11 @@ CLAIMS: list[Claim] = [
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         paper_value=2.31,
+        power=PowerSpec(
+            control="oracle-(mu, sigma) TIE (the true per-prompt length distribution) and oracle-median SJF against FCFS: an arm with perfect information must cut PTLA by more than the seed spread",
+            floor="FCFS (no prediction) and SEPT (the predicted mean alone): TIE or LTR must beat FCFS",
+            degeneracy="the fraction of request pairs that TIE and LTR order differently (identical orders = a tie by construction)",
+        ),
     ),
     Claim(
         name="oserve",
@@ -43,6 +49,11 @@ CLAIMS: list[Claim] = [
         area=SERVING,
         resources={"full": Resources(cpus=8, memory_gb=16)},
         paper_value=2.66,
+        power=PowerSpec(
+            control="the exhaustive-optimum deployment plan against the best homogeneous plan (if even the optimum is homogeneous, no heterogeneous planner can win)",
+            floor="the best homogeneous plan with round-robin routing",
+            degeneracy="OServe's plan differs from the best homogeneous plan (identical plans: the headline is routing noise)",
+        ),
     ),
     Claim(
         name="echo",
@@ -54,6 +65,11 @@ CLAIMS: list[Claim] = [
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
         run=lazy("icml26.echo.claim:run"),
+        power=PowerSpec(
+            control="an oracle draft (the target's own greedy tokens, acceptance 1) against AR: the modelled throughput must rise far above AR",
+            floor="autoregressive decoding (AR, 1 token per verification)",
+            degeneracy="ECHO's per-step trees differ from the best baseline's trees",
+        ),
     ),
     Claim(
         name="binarypc",
@@ -64,6 +80,11 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.binarypc.claim:run"),
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
+        power=PowerSpec(
+            control="oracle top-k (exact scores) against random-k at the same budget: recall must separate by more than the context-level spread",
+            floor="random-k (and the recent window) at the same 2% budget",
+            degeneracy="the fraction of selected keys BinaryPC shares with the best baseline (identical selections = no difference)",
+        ),
     ),
     Claim(
         name="restore",
@@ -77,6 +98,11 @@ CLAIMS: list[Claim] = [
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         run=lazy("icml26.restore.claim:run"),
+        power=PowerSpec(
+            control="full tokens against the reducer alone at the kept-token budget: the reduction must lose accuracy for a recovery to exist",
+            floor="the majority answer per question type (from the training QA)",
+            degeneracy="the answers RESTORE changes relative to the reducer alone",
+        ),
     ),
     Claim(
         name="lems",
@@ -89,6 +115,11 @@ CLAIMS: list[Claim] = [
         area=COMPRESSION,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
         paper_value=17.86 / 48.56,
+        power=PowerSpec(
+            control="a random per-layer rank allocation at the same parameter budget against uniform ranks: the allocation must move perplexity",
+            floor="the unigram model of the train split (a compressed model must still beat it)",
+            degeneracy="LEMS's ranks differ from the uniform ranks",
+        ),
     ),
     Claim(
         name="cat",
@@ -99,6 +130,11 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.cat.claim:run"),
         area=COMPRESSION,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
+        power=PowerSpec(
+            control="the unquantized model against W4A4 round-to-nearest with no transform: quantization must hurt measurably",
+            floor="the unigram model of the train split (the quantized models must still beat it)",
+            degeneracy_na="each transform is a different fixed map; no shared decisions to compare",
+        ),
     ),
     Claim(
         name="quartet2",
@@ -111,6 +147,11 @@ CLAIMS: list[Claim] = [
         area=TRAINING,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
         paper_value=23.5 / 9.8,
+        power=PowerSpec(
+            control="a biased estimator (deterministic round-to-nearest) against stochastic rounding: the bias measurement must tell them apart",
+            floor="the zero estimator (predicting a zero gradient: MSE = E[g^2])",
+            degeneracy_na="estimators are compared on the same tensors; nothing is decided",
+        ),
     ),
     Claim(
         name="sso",
@@ -122,6 +163,11 @@ CLAIMS: list[Claim] = [
         area=TRAINING,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
         paper_value=0.81,
+        power=PowerSpec(
+            control="AdamW at its tuned LR against AdamW at the worst LR of its grid: the step count must separate by more than the seed spread",
+            floor="the unigram loss of the training data (every arm must learn beyond it)",
+            degeneracy_na="optimizers make no discrete decisions",
+        ),
     ),
     Claim(
         name="quatro",
@@ -134,6 +180,11 @@ CLAIMS: list[Claim] = [
         area=TRAINING,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
         run=lazy("icml26.quatro.claim:run"),
+        power=PowerSpec(
+            control="the stress itself: GRPO under staleness and high LR against on-policy GRPO at the base LR (the stress must degrade a clipped loss)",
+            floor="the base policy's held-out pass@1 before training",
+            degeneracy_na="training runs make no shared discrete decisions",
+        ),
     ),
     Claim(
         name="uds",
@@ -144,6 +195,11 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.uds.claim:run"),
         area=TRAINING,
         resources={"full": Resources(cpus=16, gpus=1, memory_gb=80)},
+        power=PowerSpec(
+            control="a single-source selection (one data family only) against random selection at the same budget: selection must move held-out loss",
+            floor="the model before fine-tuning (held-out loss with no SFT)",
+            degeneracy="the fraction of examples UDS picks that random selection also picks",
+        ),
     ),
     Claim(
         name="atlas",
@@ -156,6 +212,11 @@ CLAIMS: list[Claim] = [
         area=EVALUATION,
         resources={"full": Resources(cpus=8, memory_gb=32)},
         paper_value=0.157 / 0.240,
+        power=PowerSpec(
+            control="random selection of many more items (4x k) against random-k: more items must lower theta MAE",
+            floor="the prior mean theta (predicting the population mean for every examinee)",
+            degeneracy_na="the adaptive and random tests pick items by different rules by construction",
+        ),
     ),
     Claim(
         name="algosteer",
@@ -167,6 +228,11 @@ CLAIMS: list[Claim] = [
         area=EVALUATION,
         resources={"full": Resources(cpus=16, gpus=1, memory_gb=48)},
         run=lazy("icml26.algosteer.claim:run"),
+        power=PowerSpec(
+            control="an explicit instruction naming the algorithm against the resampled no-cue control: the strong cue must shift the family share",
+            floor="the no-cue resampled control TVD (sampling noise alone), and test pass rate above zero",
+            degeneracy="the number of gated cells where the cue changes the family distribution",
+        ),
     ),
     Claim(
         name="deepcommit",
@@ -179,6 +245,11 @@ CLAIMS: list[Claim] = [
         area=EVALUATION,
         resources={"full": Resources(cpus=16, memory_gb=32)},
         run=lazy("icml26.deepcommit.claim:run"),
+        power=PowerSpec(
+            control="clustering on the true milestone signal (oracle co-change) against the time-only baseline: ARI must separate",
+            floor="one cluster per commit and one cluster for all (ARI ~ 0)",
+            degeneracy="DeepCommit-lite's chosen configuration is not a baseline's (a baseline inside its search space makes a tie by construction)",
+        ),
     ),
     Claim(
         name="corrsteer",
@@ -189,6 +260,11 @@ CLAIMS: list[Claim] = [
         area=INTERP,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         run=lazy("icml26.corrsteer.claim:run"),
+        power=PowerSpec(
+            control="steering at a strength large enough to change answers (CAA at a large coefficient) against the unsteered model",
+            floor="always answering the most frequent training letter (majority)",
+            degeneracy="the answers CorrSteer changes relative to the unsteered model (zero changed answers = a null intervention)",
+        ),
     ),
     Claim(
         name="cclrec",
@@ -199,6 +275,11 @@ CLAIMS: list[Claim] = [
         area=APPS,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=32)},
         run=lazy("icml26.cclrec.claim:run"),
+        power=PowerSpec(
+            control="LightGCN against MostPop: a graph recommender must beat popularity by more than the seed spread",
+            floor="MostPop (recommend the most popular items)",
+            degeneracy="CCLRec's consensus weights differ from equal weights (equal weights that score the same = the weighting does nothing)",
+        ),
     ),
     Claim(
         name="chemcensor",
@@ -211,6 +292,11 @@ CLAIMS: list[Claim] = [
         area=APPS,
         resources={"full": Resources(cpus=16, memory_gb=64)},
         run=lazy("icml26.chemcensor.claim:run"),
+        power=PowerSpec(
+            control="the gold reactions against randomly corrupted proposals: plausibility must separate them (AUROC well above 0.5)",
+            floor="a random score (AUROC 0.5) and RDKit validity",
+            degeneracy="the proposals whose plausibility level ranks differently from exact match",
+        ),
     ),
     Claim(
         name="skillpro",
@@ -221,6 +307,11 @@ CLAIMS: list[Claim] = [
         area=APPS,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         run=lazy("icml26.skillpro.claim:run"),
+        power=PowerSpec(
+            control="a scripted good policy against the random valid guesser: the environment and return measure must tell skill apart",
+            floor="the random valid guesser",
+            degeneracy="skills retrieved and evolved (no skill used or evolved = the pool changes nothing)",
+        ),
     ),
     Claim(
         name="cyberpal",
@@ -232,6 +323,11 @@ CLAIMS: list[Claim] = [
         area=APPS,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=640)},
         run=lazy("icml26.cyberpal.claim:run"),
+        power=PowerSpec(
+            control="MiniLM nearest CWE definition against the constant label: the task must be doable from the text",
+            floor="always answering the most frequent training CWE (constant label)",
+            degeneracy="the OOD predictions that differ between the two SFT arms",
+        ),
     ),
     Claim(
         name="smollm2-perplexity",
@@ -242,6 +338,11 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.core.sanity:run"),
         area=HEALTH,
         resources={"full": Resources(cpus=2)},
+        power=PowerSpec(
+            control="the model on shuffled-token text against real text: perplexity must rise sharply when word order is destroyed",
+            floor="the unigram model of the train split",
+            degeneracy_na="one model, no decisions",
+        ),
     ),
 ]
 

@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 from icml26 import claims_index
 from icml26.core.claims import Progress
 from icml26.core.errors import UserError
-from icml26.core.report import build_report, collect, headline_text
+from icml26.core.report import build_report, collect, headline_text, uninformative_reason
 
 # Method subcommands, "name": "module:typer_app". Imported only when that subcommand (or the
 # top-level --help) is used, since importing a method package pulls in numpy/torch.
@@ -118,6 +118,7 @@ _STYLE = {
     "reproduced": "green",
     "not reproduced": "red",
     "inconclusive": "yellow",
+    "uninformative": "magenta",
     "error": "bold red",
     "planned": "dim",
     "not run": "dim",
@@ -134,11 +135,12 @@ def list_(out: OutOption = Path("results")) -> None:
     for c in claims_index.CLAIMS:
         r = records.get(c.name)
         status = _status(c, r)
+        why = f" ({uninformative_reason(r, 70)})" if status == "uninformative" else ""
         table.add_row(
             c.name,
             c.area,
             c.paper_figure,
-            f"[{_STYLE[status]}]{status}[/]",
+            f"[{_STYLE[status]}]{status}[/]{why}",
             r["scale"] if r else "",
         )
     out_console.print(table)
@@ -161,12 +163,22 @@ def show(
     )
     status = _status(claim, r)
     out_console.print(f"status:   [{_STYLE[status]}]{status}[/]")
+    if claim.power is not None:
+        for kind in claim.power.kinds:
+            out_console.print(f"{kind + ':':9} {claim.power.describe(kind)}")
     if r is None:
         return
     out_console.print(
         f"measured: {headline_text(r)} at scale {r['scale']}, seed {r['seed']}, "
         f"{r['wall_time_s']:.1f} s"
     )
+    if r.get("uninformative"):
+        out_console.print(f"[magenta]uninformative:[/] {r['uninformative']}")
+    from icml26.core.report import power_rows
+
+    for _check, kind, _systems, passed, reason in power_rows(r):
+        colour = "green" if passed == "yes" else "magenta"
+        out_console.print(f"power {kind}: [{colour}]{passed}[/] — {reason}")
     if r.get("error"):
         out_console.print(f"[red]error:[/] {r['error'].get('type')}: {r['error'].get('message')}")
     rows = r.get("rows") or []

@@ -16,7 +16,7 @@ def m(value, spread=None, hib=True):
     [
         (m(6.0), 5.0, Verdict.REPRODUCED),
         (m(4.0), 5.0, Verdict.NOT_REPRODUCED),
-        (m(5.0), 5.0, Verdict.NOT_REPRODUCED),  # must beat, not equal
+        (m(5.0), 5.0, Verdict.INCONCLUSIVE),  # an exact tie is no finding either way
         (m(6.0, (5.5, 7.0)), 5.0, Verdict.REPRODUCED),
         (m(6.0, (4.5, 7.0)), 5.0, Verdict.INCONCLUSIVE),  # straddles
         (m(4.0, (3.0, 5.5)), 5.0, Verdict.INCONCLUSIVE),  # straddles from below
@@ -60,10 +60,38 @@ def test_reproduced_iff_whole_interval_beats_target(v, a, t):
     lo, hi = sorted((v, a))
     verdict = decide(m(v, (lo, hi)), t)
     assert (verdict is Verdict.REPRODUCED) == (lo > t)
-    assert (verdict is Verdict.NOT_REPRODUCED) == (hi < t or (lo == hi == t))
+    assert (verdict is Verdict.NOT_REPRODUCED) == (hi < t)
+    assert (verdict is Verdict.INCONCLUSIVE) == (lo <= t <= hi)
 
 
-def test_uninformative_result_is_inconclusive_whatever_the_headline(tmp_path):
+@given(finite, st.one_of(st.none(), st.tuples(finite, finite)))
+def test_an_exact_tie_is_never_not_reproduced(t, spread):
+    # the headline equals the target; whatever spread around it, no verdict but inconclusive
+    sp = None if spread is None else (min(spread + (t,)), max(spread + (t,)))
+    for hib in (True, False):
+        assert decide(m(t, sp, hib), t) is Verdict.INCONCLUSIVE
+
+
+def test_deepcommits_exact_tie_is_inconclusive():
+    assert decide(m(1.0, (1.0, 1.0)), 1.0) is Verdict.INCONCLUSIVE
+
+
+@given(finite, finite, finite, st.text(min_size=1, max_size=20))
+def test_uninformative_overrides_any_headline(v, a, t, why):
+    from icml26.core.claims import verdict_for
+
+    lo, hi = sorted((v, a))
+    verdict, reason = verdict_for(m(v, (lo, hi)), t, uninformative=why)
+    assert verdict is Verdict.UNINFORMATIVE and reason == why
+
+
+def test_nan_headline_stays_error_even_when_uninformative():
+    from icml26.core.claims import verdict_for
+
+    assert verdict_for(m(float("nan")), 1.0, "why")[0] is Verdict.ERROR
+
+
+def test_uninformative_result_is_its_own_verdict_whatever_the_headline(tmp_path):
     from icml26.core.claims import Claim, Measure, Result, run_claim
 
     def run(ctx):
@@ -71,7 +99,7 @@ def test_uninformative_result_is_inconclusive_whatever_the_headline(tmp_path):
                       uninformative="the model never learned the task")
 
     rec = run_claim(Claim("gated", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
-    assert rec["verdict"] == "inconclusive"
+    assert rec["verdict"] == "uninformative"
     assert rec["uninformative"] == "the model never learned the task"
     ok = run_claim(Claim("fine", "p", "s", "f", run=lambda c: Result(
         rows=[], headline=Measure("h", 5.0), target=1.0)), scale="tiny", out_root=tmp_path)

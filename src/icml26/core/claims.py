@@ -30,18 +30,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from icml26.core import power as _power
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
+from icml26.core.power import PowerCheck, PowerSpec
 
 __all__ = [
     "SCALES",
     "Claim",
     "Measure",
+    "PowerCheck",
+    "PowerSpec",
     "Result",
     "RunContext",
     "Verdict",
     "Progress",
     "decide",
+    "verdict_for",
     "lazy",
     "run_claim",
     "result_path",
@@ -58,6 +63,7 @@ class Verdict(enum.StrEnum):
     REPRODUCED = "reproduced"
     NOT_REPRODUCED = "not reproduced"
     INCONCLUSIVE = "inconclusive"
+    UNINFORMATIVE = "uninformative"
     ERROR = "error"
 
 
@@ -97,9 +103,16 @@ class Result:
     #: claim's ``paper_value`` (e.g. it depends on the setting run); the report plots it.
     paper_value: float | None = None
     #: why this measurement cannot test the claim (a failed precondition the claim checks, e.g. a
-    #: model that never learned the task); the runner then says ``inconclusive``, whatever the
+    #: model that never learned the task); the runner then says ``uninformative``, whatever the
     #: headline, and keeps the reason in the record.
     uninformative: str | None = None
+    #: the measured power checks (see :mod:`icml26.core.power`), one per kind the claim declares
+    #: in its :class:`PowerSpec`; a check that did not pass makes the verdict ``uninformative``.
+    power: list[PowerCheck] = field(default_factory=list)
+    #: what each arm consumed in the unit the metric rewards (:func:`icml26.core.stats.budgets`)
+    budgets: dict | None = None
+    #: tuned arms: ``{arm: TuneResult.to_dict()}`` from the bracketing tuner
+    tuning: dict | None = None
 
 
 class Progress:
@@ -198,6 +211,8 @@ class Claim:
     #: ``paper_figure`` as a number on the headline's scale (same quantity, same direction), so
     #: the report can draw reported vs measured; None when the paper has no comparable number.
     paper_value: float | None = None
+    #: the claim's power checks in words; every landed claim declares one (registry test)
+    power: PowerSpec | None = None
 
     @property
     def planned(self) -> bool:
@@ -250,7 +265,9 @@ def decide(headline: Measure, target: float) -> Verdict:
     The headline must *beat* the target (strictly greater, or strictly smaller when lower is
     better). With a spread ``(low, high)`` (widened to include the value itself): reproduced when
     the whole interval beats the target, not reproduced when none of it does, inconclusive when the
-    interval straddles (or touches) the target. A NaN headline or target is an error.
+    interval straddles (or touches) the target. An exact tie (headline equal to the target with
+    no spread, or a spread collapsed onto it) is inconclusive, never not reproduced. A NaN headline
+    or target is an error. Power checks are applied by the runner (:func:`verdict_for`).
     """
     value = float(headline.value)
     if math.isnan(value) or math.isnan(float(target)):
@@ -265,9 +282,24 @@ def decide(headline: Measure, target: float) -> Verdict:
         lo, hi, target = -hi, -lo, -float(target)
     if lo > target:
         return Verdict.REPRODUCED
-    if hi < target or (hi == target and lo == hi):
+    if hi < target:
         return Verdict.NOT_REPRODUCED
     return Verdict.INCONCLUSIVE
+
+
+def verdict_for(headline: Measure, target: float, uninformative: str | None = None,
+                power: list[PowerCheck] | None = None) -> tuple[Verdict, str | None]:
+    """The verdict with the power checks applied, and the reason when it is ``uninformative``.
+
+    ``error`` (a NaN headline) stays ``error``; otherwise a reason given by the claim or any
+    power check that did not pass turns the verdict into ``uninformative``, whatever the headline.
+    """
+    verdict = decide(headline, target)
+    reasons = [r for r in (uninformative, _power.summary(power or [])) if r]
+    reason = "; ".join(reasons) or None
+    if reason and verdict is not Verdict.ERROR:
+        verdict = Verdict.UNINFORMATIVE
+    return verdict, reason
 
 
 def result_path(out_root: str | os.PathLike, name: str, scale: str) -> Path:
@@ -425,9 +457,9 @@ def run_claim(
             result = combine(ctx, list(map_units(claim, unit_ctxs)))
         if not isinstance(result, Result):
             raise TypeError(f"claim {claim.name!r} returned {type(result).__name__}, not Result")
-        verdict = decide(result.headline, result.target)
-        if result.uninformative and verdict is not Verdict.ERROR:
-            verdict = Verdict.INCONCLUSIVE
+        _power.validate(claim.name, claim.power, list(result.power), list(result.rows))
+        verdict, reason = verdict_for(result.headline, result.target, result.uninformative,
+                                      list(result.power))
         record.update(
             verdict=verdict.value,
             headline=asdict(result.headline),
@@ -437,7 +469,15 @@ def run_claim(
             figures=[_relative(Path(f), out_root) for f in result.figures],
             paper_value=result.paper_value if result.paper_value is not None
             else claim.paper_value,
-            uninformative=result.uninformative,
+            uninformative=reason,
+            power={
+                "declared": {k: claim.power.describe(k) for k in claim.power.kinds}
+                if claim.power is not None else None,
+                "checks": [c.to_dict() for c in result.power],
+                "passed": not _power.failures(result.power),
+            },
+            budgets=result.budgets,
+            tuning=result.tuning,
             error=None,
         )
         if verdict is Verdict.ERROR:

@@ -97,6 +97,24 @@ def _rows_columns(rows: list[dict]) -> list[str]:
     return cols
 
 
+def power_rows(record: dict) -> list[tuple[str, str, str, str, str]]:
+    """The record's power checks as ``(name, kind, systems, passed, reason)`` rows."""
+    power = record.get("power") or {}
+    out = []
+    for c in power.get("checks") or []:
+        passed = {True: "yes", False: "NO", None: "not measured"}[c.get("passed")]
+        out.append((str(c.get("name", "")), str(c.get("kind", "")),
+                    ", ".join(map(str, c.get("systems") or [])), passed,
+                    str(c.get("reason", ""))))
+    return out
+
+
+def uninformative_reason(record: dict | None, limit: int = 160) -> str:
+    """The one-line reason of an ``uninformative`` verdict, shortened to ``limit`` characters."""
+    why = str((record or {}).get("uninformative") or "")
+    return why if len(why) <= limit else why[: limit - 1].rstrip() + "…"
+
+
 # -------------------------------------------------------------------------------- markdown
 
 
@@ -130,7 +148,8 @@ def render_markdown(claims: list[Claim], records: dict[str, dict], out_root: Pat
                     c.statement,
                     c.paper_figure,
                     headline_text(r) if r else "—",
-                    _status(c, r),
+                    _status(c, r) + (f" ({uninformative_reason(r)})"
+                                     if r and r.get("verdict") == "uninformative" else ""),
                     r["scale"] if r else "—",
                     f"{r['wall_time_s']:.1f} s" if r else "—",
                 )
@@ -146,6 +165,12 @@ def render_markdown(claims: list[Claim], records: dict[str, dict], out_root: Pat
             f"*Paper:* {c.paper_figure}. *Measured ({r['scale']}, seed {r['seed']}):* "
             f"{headline_text(r)} — **{r['verdict']}**."
         )
+        if r.get("uninformative"):
+            lines += ["", f"*Uninformative:* {r['uninformative']}"]
+        checks = power_rows(r)
+        if checks:
+            lines += ["", "| power check | kind | systems | passed | reason |", "|---|---|---|---|---|"]
+            lines += ["| " + " | ".join(_md_cell(x) for x in row) + " |" for row in checks]
         if r.get("error"):
             lines += ["", f"Error: `{r['error'].get('type')}: {r['error'].get('message')}`"]
         rows = r.get("rows") or []
@@ -166,6 +191,7 @@ _VERDICT_COLOURS = {
     "reproduced": "#1b7f3b",
     "not reproduced": "#b3261e",
     "inconclusive": "#b07d00",
+    "uninformative": "#5b5bd6",
     "error": "#6b0f0a",
 }
 
@@ -263,6 +289,8 @@ th[aria-sort=ascending] button::after{content:" ▲"}th[aria-sort=descending] bu
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .v{font-weight:600;white-space:nowrap}
 .v-reproduced{color:#0a6b2e}.v-not-reproduced{color:#a11}.v-inconclusive{color:#8a5a00}
+.v-uninformative{color:#4343b8}.why{display:block;font-weight:400;font-size:0.85em;color:#444;
+white-space:normal}
 .v-error,.v-unreadable-result{color:#fff;background:#a11;padding:0 0.25em}
 .v-planned,.v-not-run{color:#666}
 figure{margin:1em 0}figcaption{font-size:0.88em;color:#444}
@@ -280,8 +308,8 @@ details>*{display:block}nav.toc{display:none}.scroll{overflow:visible}}
 # A few lines of sorting; the page reads the same without them.
 _JS = """
 (function(){
-var order={"reproduced":0,"inconclusive":1,"not reproduced":2,"error":3,"unreadable result":4,
-"not run":5,"planned":6};
+var order={"reproduced":0,"inconclusive":1,"uninformative":2,"not reproduced":3,"error":4,
+"unreadable result":5,"not run":6,"planned":7};
 document.querySelectorAll("table.sortable").forEach(function(table){
  var heads=table.querySelectorAll("thead th");
  heads.forEach(function(th,col){
@@ -304,8 +332,8 @@ document.querySelectorAll("table.sortable").forEach(function(table){
 })();
 """
 
-_VERDICT_RANK = {"reproduced": 0, "inconclusive": 1, "not reproduced": 2, "error": 3,
-                 "unreadable result": 4, "not run": 5, "planned": 6}
+_VERDICT_RANK = {"reproduced": 0, "inconclusive": 1, "uninformative": 2, "not reproduced": 3,
+                 "error": 4, "unreadable result": 5, "not run": 6, "planned": 7}
 
 
 def _esc(x: Any) -> str:
@@ -344,8 +372,19 @@ def _section(c: Claim, r: dict, out_root: Path) -> list[str]:
         f"{html.escape(headline_text(r))} {_verdict_span(r['verdict'])}</p>"
     )
     if r.get("uninformative"):
-        out.append(f"<p><b>Uninformative measurement</b> (verdict held at inconclusive): "
+        out.append(f"<p><b>Uninformative measurement</b> (the setup could not show the effect, "
+                   f"so the headline is not evidence either way): "
                    f"{html.escape(str(r['uninformative']))}</p>")
+    checks = power_rows(r)
+    if checks:
+        out.append(f'<div class="scroll"><table class="power"><caption>{html.escape(c.name)}: '
+                   "power checks (can this setup detect the effect?)</caption><thead><tr>"
+                   + "".join(f'<th scope="col">{h}</th>' for h in
+                             ("check", "kind", "systems", "passed", "reason"))
+                   + "</tr></thead><tbody>")
+        for row in checks:
+            out.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in row) + "</tr>")
+        out.append("</tbody></table></div>")
     if r.get("error"):
         err = r["error"]
         out.append(f"<p><b>Error.</b> {html.escape(str(err.get('type')))}: "
@@ -423,11 +462,13 @@ def render_html(claims: list[Claim], records: dict[str, dict], out_root: Path,
         name = (f'<a href="#{html.escape(c.name)}">{html.escape(c.name)}</a>'
                 if r or c.name in bad else html.escape(c.name))
         wall = r["wall_time_s"] if r else None
+        why = uninformative_reason(r) if status == "uninformative" else ""
+        why_html = f'<span class="why">{html.escape(why)}</span>' if why else ""
         out.append(
             f'<tr><th scope="row">{name}</th><td>{html.escape(c.area)}</td>'
             f"<td>{html.escape(c.statement)}</td><td>{html.escape(c.paper_figure)}</td>"
             f"<td>{html.escape(headline_text(r)) if r else '—'}</td>"
-            f'<td data-key="{_VERDICT_RANK.get(status, 9)}">{_verdict_span(status)}</td>'
+            f'<td data-key="{_VERDICT_RANK.get(status, 9)}">{_verdict_span(status)}{why_html}</td>'
             f"<td>{html.escape(r['scale']) if r else '—'}</td>"
             f'<td class="num" data-key="{wall if wall is not None else 1e18}">'
             f"{f'{wall:.1f} s' if wall is not None else '—'}</td></tr>"
