@@ -58,3 +58,33 @@ def test_list_does_not_import_torch(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+
+def declaration_problems(claims) -> list[str]:
+    """Why each landed claim's power declaration is missing or incomplete ([] when all are)."""
+    from icml26.core.power import KINDS, PowerSpec
+
+    out = []
+    for c in claims:
+        if c.planned:
+            continue
+        if not isinstance(c.power, PowerSpec):
+            out.append(f"{c.name}: no PowerSpec (Claim.power)")
+        elif not set(c.power.kinds) <= set(KINDS):
+            out.append(f"{c.name}: unknown kinds {c.power.kinds}")
+    return out
+
+
+def test_every_landed_claim_declares_its_power_checks():
+    assert declaration_problems(claims_index.CLAIMS) == []
+    assert all(c.power.describe("control") and c.power.describe("floor")
+               for c in claims_index.CLAIMS)
+
+
+def test_a_landed_claim_without_power_checks_is_caught():
+    from icml26.core.claims import Claim
+
+    bare = Claim("bare", "p", "s", "f", run=lambda ctx: None)
+    planned = Claim("later", "p", "s", "f")
+    assert declaration_problems([bare, planned]) == ["bare: no PowerSpec (Claim.power)"]

@@ -174,3 +174,60 @@ def test_bad_inputs_in_the_results_folder(tmp_path):
     parser.feed(text)
     assert len(parser.imgs) == 1  # only the summary; no broken <img> for the missing figure
     assert set(parser.links) <= set(parser.ids)
+
+
+def test_uninformative_verdict_shows_its_reason_and_power_table(tmp_path):
+    from icml26.core import power
+    from icml26.core.power import PowerSpec
+
+    def null_run(ctx):
+        return Result(
+            rows=[{"system": "steered", "acc": 0.4}, {"system": "base", "acc": 0.4},
+                  {"system": "majority", "acc": 0.45}],
+            headline=Measure("gain", 0.0, " pp", (0.0, 0.0)),
+            target=0.0,
+            power=[power.control("steered", 0.4, "base", 0.4),
+                   power.floor({"steered": 0.4, "base": 0.4}, "majority", 0.45),
+                   power.degeneracy(["steered", "base"], 0, 300, what="answers")],
+        )
+
+    spec = PowerSpec(control="c", floor="majority", degeneracy="answers changed")
+    claim = Claim("nullsteer", "Paper", "Steering helps", "+3 pp", run=null_run, power=spec)
+    rec = run_claim(claim, scale="tiny", out_root=tmp_path)
+    assert rec["verdict"] == "uninformative"
+    md, page = build_report([claim], tmp_path)
+    text = page.read_text()
+    p = _Page()
+    p.feed(text)
+    row = p.index_rows[1]
+    assert "uninformative" in row
+    assert any(cell.startswith("control: steered") and cell.endswith("…") for cell in row)
+    assert "0 of 300 answers differ" in text  # the full reason in the section
+    assert 'class="power"' in text and "not separate" in text and "NO" in text
+    mdtext = md.read_text()
+    assert "| power check | kind |" in mdtext and "uninformative (control:" in mdtext
+
+
+def test_cli_list_and_show_print_the_uninformative_reason(tmp_path):
+    from typer.testing import CliRunner
+
+    from icml26.cli import app
+
+    claim = claims_index.get("smollm2-perplexity")
+    rec = {"name": claim.name, "verdict": "uninformative", "scale": "tiny", "seed": 0,
+           "wall_time_s": 1.0, "finished_at": "2026-12-01T00:00:00+00:00",
+           "headline": {"name": "h", "value": 2.0, "unit": "x", "spread": None,
+                        "higher_is_better": True}, "target": 5.0, "rows": [], "notes": [],
+           "uninformative": "floor: every system is below the unigram floor",
+           "power": {"checks": [{"name": "floor", "kind": "floor", "systems": ["m"],
+                                 "passed": False, "reason": "below the unigram floor"}]}}
+    (tmp_path / claim.name).mkdir()
+    import json
+
+    (tmp_path / claim.name / "tiny.json").write_text(json.dumps(rec))
+    r = CliRunner().invoke(app, ["list", "--out", str(tmp_path)])
+    assert r.exit_code == 0 and "uninformative" in r.output and "floor: every" in r.output
+    r = CliRunner().invoke(app, ["show", claim.name, "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "uninformative: floor: every system" in r.output
+    assert "power floor: NO" in r.output and "control:" in r.output

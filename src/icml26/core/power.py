@@ -71,16 +71,20 @@ class PowerSpec:
             if not str(getattr(self, name)).strip():
                 raise ValueError(f"PowerSpec.{name} must describe the check; got an empty string")
         if self.degeneracy is None and not self.degeneracy_na.strip():
-            raise ValueError("PowerSpec: give a degeneracy check or say why none applies "
-                             "(degeneracy_na)")
+            raise ValueError(
+                "PowerSpec: give a degeneracy check or say why none applies (degeneracy_na)"
+            )
 
     @property
     def kinds(self) -> tuple[str, ...]:
         return ("control", "floor") + (("degeneracy",) if self.degeneracy is not None else ())
 
     def describe(self, kind: str) -> str:
-        return {"control": self.control, "floor": self.floor,
-                "degeneracy": self.degeneracy or f"n/a: {self.degeneracy_na}"}[kind]
+        return {
+            "control": self.control,
+            "floor": self.floor,
+            "degeneracy": self.degeneracy or f"n/a: {self.degeneracy_na}",
+        }[kind]
 
 
 @dataclass(frozen=True)
@@ -153,12 +157,21 @@ def control(
     better = "above" if higher_is_better else "below"
     what = f" on {metric}" if metric else ""
     verb = "separates" if passed else "does not separate"
-    reason = (f"{system}{what} {_fmt_iv(value, spread)} {verb} from {null_system} "
-              f"{_fmt_iv(null_value, null_spread)} (needs to lie {better} it"
-              + (f" by more than {_fmt(noise)}" if noise else "") + ")")
-    return PowerCheck("control", name, (system, null_system),
-                      {system: float(value), null_system: float(null_value)},
-                      {system: _tuple(spread), null_system: _tuple(null_spread)}, passed, reason)
+    reason = (
+        f"{system}{what} {_fmt_iv(value, spread)} {verb} from {null_system} "
+        f"{_fmt_iv(null_value, null_spread)} (needs to lie {better} it"
+        + (f" by more than {_fmt(noise)}" if noise else "")
+        + ")"
+    )
+    return PowerCheck(
+        "control",
+        name,
+        (system, null_system),
+        {system: float(value), null_system: float(null_value)},
+        {system: _tuple(spread), null_system: _tuple(null_spread)},
+        passed,
+        reason,
+    )
 
 
 def floor(
@@ -189,14 +202,18 @@ def floor(
     passed = bool(beating)
     what = f" on {metric}" if metric else ""
     if passed:
-        reason = (f"{', '.join(beating)} beat{'s' if len(beating) == 1 else ''} the floor "
-                  f"{floor_system}{what} {_fmt_iv(floor_value, floor_spread)}")
+        reason = (
+            f"{', '.join(beating)} beat{'s' if len(beating) == 1 else ''} the floor "
+            f"{floor_system}{what} {_fmt_iv(floor_value, floor_spread)}"
+        )
     else:
         worst = "at or below" if higher_is_better else "at or above"
         shown = ", ".join(f"{s} {_fmt(float(v))}" for s, v in systems.items())
-        reason = (f"every system ({shown}) is {worst} the floor {floor_system}{what} "
-                  f"{_fmt_iv(floor_value, floor_spread)}: none does the task better than a "
-                  "trivial rule")
+        reason = (
+            f"every system ({shown}) is {worst} the floor {floor_system}{what} "
+            f"{_fmt_iv(floor_value, floor_spread)}: none does the task better than a "
+            "trivial rule"
+        )
     values = {**{s: float(v) for s, v in systems.items()}, floor_system: float(floor_value)}
     sp = {**{s: _tuple(spreads.get(s)) for s in systems}, floor_system: _tuple(floor_spread)}
     return PowerCheck("floor", name, (*systems, floor_system), values, sp, passed, reason)
@@ -220,17 +237,27 @@ def degeneracy(
     if passed:
         reason = f"{_fmt(differing)} of {_fmt(total)} {what} differ between {', '.join(systems)}"
     else:
-        reason = (f"only {_fmt(differing)} of {_fmt(total)} {what} differ between "
-                  f"{', '.join(systems)} (needs {_fmt(min_differing)}): the compared systems "
-                  "make the same decisions, so their difference is noise")
-    return PowerCheck("degeneracy", name, systems,
-                      {"differing": float(differing), "total": float(total)}, {}, passed, reason)
+        reason = (
+            f"only {_fmt(differing)} of {_fmt(total)} {what} differ between "
+            f"{', '.join(systems)} (needs {_fmt(min_differing)}): the compared systems "
+            "make the same decisions, so their difference is noise"
+        )
+    return PowerCheck(
+        "degeneracy",
+        name,
+        systems,
+        {"differing": float(differing), "total": float(total)},
+        {},
+        passed,
+        reason,
+    )
 
 
 def not_measured(kind: str, reason: str, systems: Iterable[str] = ()) -> PowerCheck:
     """A declared check this run could not measure (counts as not passed)."""
-    return PowerCheck(kind, f"{kind} (not measured)", tuple(systems), {}, {}, None,
-                      f"not measured: {reason}")
+    return PowerCheck(
+        kind, f"{kind} (not measured)", tuple(systems), {}, {}, None, f"not measured: {reason}"
+    )
 
 
 def _tuple(spread: Sequence[float] | None) -> Interval | None:
@@ -246,43 +273,60 @@ def _row_values(rows: Iterable[Mapping[str, Any]]) -> set[str]:
     return seen
 
 
-def validate(claim_name: str, spec: PowerSpec | None, checks: Sequence[PowerCheck],
-             rows: Sequence[Mapping[str, Any]]) -> None:
+def validate(
+    claim_name: str,
+    spec: PowerSpec | None,
+    checks: Sequence[PowerCheck],
+    rows: Sequence[Mapping[str, Any]],
+) -> None:
     """Raise ``ValueError`` (naming the claim and the field) when ``checks`` do not match the
     declaration ``spec`` or the rows: an unknown kind, a declared kind with no check, a system
     that is not in the rows, a non-finite value of a measured check."""
     if spec is None:
         if checks:
-            raise ValueError(f"claim {claim_name!r}: Result.power has checks but the claim "
-                             "declares no PowerSpec (Claim.power)")
+            raise ValueError(
+                f"claim {claim_name!r}: Result.power has checks but the claim "
+                "declares no PowerSpec (Claim.power)"
+            )
         return
     for i, c in enumerate(checks):
         if not isinstance(c, PowerCheck):
-            raise ValueError(f"claim {claim_name!r}: Result.power[{i}] is "
-                             f"{type(c).__name__}, not PowerCheck")
+            raise ValueError(
+                f"claim {claim_name!r}: Result.power[{i}] is {type(c).__name__}, not PowerCheck"
+            )
         if c.kind not in KINDS:
-            raise ValueError(f"claim {claim_name!r}: Result.power[{i}].kind is {c.kind!r}; "
-                             f"known kinds: {', '.join(KINDS)}")
+            raise ValueError(
+                f"claim {claim_name!r}: Result.power[{i}].kind is {c.kind!r}; "
+                f"known kinds: {', '.join(KINDS)}"
+            )
         if c.kind not in spec.kinds:
-            raise ValueError(f"claim {claim_name!r}: Result.power[{i}].kind {c.kind!r} is not "
-                             f"declared in its PowerSpec ({', '.join(spec.kinds)})")
+            raise ValueError(
+                f"claim {claim_name!r}: Result.power[{i}].kind {c.kind!r} is not "
+                f"declared in its PowerSpec ({', '.join(spec.kinds)})"
+            )
         if c.passed is None:
             continue
         in_rows = _row_values(rows)
         missing = [s for s in c.systems if s not in in_rows]
         if missing:
-            raise ValueError(f"claim {claim_name!r}: Result.power[{i}] ({c.kind}).systems names "
-                             f"{missing!r}, which no row of the result contains")
+            raise ValueError(
+                f"claim {claim_name!r}: Result.power[{i}] ({c.kind}).systems names "
+                f"{missing!r}, which no row of the result contains"
+            )
         for key, v in c.values.items():
             if not (isinstance(v, (int, float)) and math.isfinite(float(v))):
-                raise ValueError(f"claim {claim_name!r}: Result.power[{i}] ({c.kind}).values"
-                                 f"[{key!r}] is {v!r}, not a finite number")
+                raise ValueError(
+                    f"claim {claim_name!r}: Result.power[{i}] ({c.kind}).values"
+                    f"[{key!r}] is {v!r}, not a finite number"
+                )
     have = {c.kind for c in checks}
     absent = [k for k in spec.kinds if k not in have]
     if absent:
-        raise ValueError(f"claim {claim_name!r}: Result.power lacks the declared check(s) "
-                         f"{', '.join(absent)} (use power.not_measured(kind, why) when a run "
-                         "cannot measure one)")
+        raise ValueError(
+            f"claim {claim_name!r}: Result.power lacks the declared check(s) "
+            f"{', '.join(absent)} (use power.not_measured(kind, why) when a run "
+            "cannot measure one)"
+        )
 
 
 def failures(checks: Sequence[PowerCheck]) -> list[PowerCheck]:

@@ -49,10 +49,16 @@ class ClusteredCI:
         return (self.low, self.high)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "low": self.low, "high": self.high,
-                "n_clusters": self.n_clusters, "n_items": self.n_items,
-                "statistic": self.statistic, "level": self.level,
-                "unit": "clusters then items"}
+        return {
+            "value": self.value,
+            "low": self.low,
+            "high": self.high,
+            "n_clusters": self.n_clusters,
+            "n_items": self.n_items,
+            "statistic": self.statistic,
+            "level": self.level,
+            "unit": "clusters then items",
+        }
 
 
 def _as_clusters(a, b) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
@@ -68,9 +74,13 @@ def _as_clusters(a, b) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     if isinstance(b, np.ndarray) and b.ndim == 2:
         b = list(b)
     b_list = [np.asarray(x, dtype=float).ravel() for x in b]
-    if len(b_list) != len(a_list) or any(len(x) != len(y) for x, y in zip(a_list, b_list, strict=True)):
-        raise ValueError("clustered bootstrap: a and b must have the same clusters and items "
-                         "(paired: same index = same item)")
+    if len(b_list) != len(a_list) or any(
+        len(x) != len(y) for x, y in zip(a_list, b_list, strict=True)
+    ):
+        raise ValueError(
+            "clustered bootstrap: a and b must have the same clusters and items "
+            "(paired: same index = same item)"
+        )
     return a_list, b_list
 
 
@@ -120,8 +130,14 @@ def clustered_bootstrap(
         if pad_b is not None:
             pad_b[c, : sizes[c]] = b_list[c]
     n_all = np.array([float(sizes.sum())])
-    point = float(_stat(statistic, np.array([pad_a.sum()]),
-                        None if pad_b is None else np.array([pad_b.sum()]), n_all)[0])
+    point = float(
+        _stat(
+            statistic,
+            np.array([pad_a.sum()]),
+            None if pad_b is None else np.array([pad_b.sum()]),
+            n_all,
+        )[0]
+    )
     rng = np.random.default_rng(seed)
     stats = []
     for start in range(0, n_boot, chunk):
@@ -135,8 +151,11 @@ def clustered_bootstrap(
             idx = np.broadcast_to(np.arange(n_max), (m, k, n_max))
         valid = np.arange(n_max)[None, None, :] < n_c[..., None]
         sa = np.where(valid, pad_a[cl[..., None], idx], 0.0).sum(axis=(1, 2))
-        sb = (np.where(valid, pad_b[cl[..., None], idx], 0.0).sum(axis=(1, 2))
-              if pad_b is not None else None)
+        sb = (
+            np.where(valid, pad_b[cl[..., None], idx], 0.0).sum(axis=(1, 2))
+            if pad_b is not None
+            else None
+        )
         stats.append(_stat(statistic, sa, sb, n_c.sum(axis=1).astype(float)))
     s = np.concatenate(stats)
     s = s[np.isfinite(s)]
@@ -173,18 +192,26 @@ class TuneResult:
     history: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"grid": list(self.grid), "scores": list(self.scores), "best": self.best,
-                "best_score": self.best_score, "interior": self.interior,
-                "extensions": self.extensions, "minimize": self.minimize}
+        return {
+            "grid": list(self.grid),
+            "scores": list(self.scores),
+            "best": self.best,
+            "best_score": self.best_score,
+            "interior": self.interior,
+            "extensions": self.extensions,
+            "minimize": self.minimize,
+        }
 
     def note(self, arm: str, param: str = "value") -> str | None:
         """A note for the claim's notes when the best point is still at a grid edge."""
         if self.interior:
             return None
         edge = "top" if self.best == max(self.grid) else "bottom"
-        return (f"{arm}: best {param} {self.best:.4g} is at the {edge} edge of its grid "
-                f"{[float(f'{g:.4g}') for g in self.grid]} after {self.extensions} extension(s) "
-                "(cap reached): the arm may be under-tuned")
+        return (
+            f"{arm}: best {param} {self.best:.4g} is at the {edge} edge of its grid "
+            f"{[float(f'{g:.4g}') for g in self.grid]} after {self.extensions} extension(s) "
+            "(cap reached): the arm may be under-tuned"
+        )
 
 
 def _badness(score: float, minimize: bool) -> float:
@@ -251,8 +278,16 @@ def bracket(
     order = sorted(scores)
     best = min(order, key=lambda x: _badness(scores[x], minimize))
     interior = best not in (order[0], order[-1])
-    return TuneResult(order, [scores[p] for p in order], best, scores[best], interior, extensions,
-                      minimize, history)
+    return TuneResult(
+        order,
+        [scores[p] for p in order],
+        best,
+        scores[best],
+        interior,
+        extensions,
+        minimize,
+        history,
+    )
 
 
 def bracket_arms(
@@ -267,8 +302,9 @@ def bracket_arms(
 # ------------------------------------------------------------------------------ budgets
 
 
-def budgets(used: Mapping[str, float], *, unit: str = "tokens", tolerance: float = 0.05
-            ) -> dict[str, Any]:
+def budgets(
+    used: Mapping[str, float], *, unit: str = "tokens", tolerance: float = 0.05
+) -> dict[str, Any]:
     """What each arm consumed in the unit the metric rewards, and whether the arms match.
 
     Returns ``{"unit", "arms", "ratio_to_min", "matched"}``: ``matched`` when every arm is within
