@@ -1,6 +1,11 @@
 """The tiny claim end to end (MiniLM + git), and the synthetic repository's ground truth."""
 
-from icml26.core.claims import Claim, run_claim
+import numpy as np
+
+from icml26.claims_index import get
+from icml26.core import power
+from icml26.core.claims import Claim, Measure, Result, run_claim
+from icml26.deepcommit.claim import ORACLE, _differing
 from icml26.deepcommit.history import load_history
 from icml26.deepcommit.synth import make_repo
 
@@ -22,11 +27,46 @@ def test_tiny_claim_runs(tmp_path):
         "s",
         "f",
         run=lambda ctx: __import__("icml26.deepcommit.claim", fromlist=["run"]).run(ctx),
+        power=get("deepcommit").power,
     )
     rec = run_claim(claim, scale="tiny", out_root=tmp_path, threads=1)
     assert rec["error"] is None, rec["error"]
-    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive", "uninformative")
+    kinds = [c["kind"] for c in rec["power"]["checks"]]
+    assert kinds == list(get("deepcommit").power.kinds)
+    assert all(c["passed"] in (True, False, None) for c in rec["power"]["checks"])
+    by = {r["system"]: r for r in rec["rows"] if "mean ARI" in r}
+    # the headline compares against baselines outside DeepCommit-lite's search space only
+    compared = [r["mean ARI"] for r in by.values() if r["role"].startswith("compared baseline")]
+    assert "files only (tuned)" in by and by["files only (tuned)"]["role"].startswith("ablation")
+    assert abs(rec["headline"]["value"] - by["DeepCommit-lite"]["mean ARI"] / max(compared)) < 2e-3
+    control = next(c for c in rec["power"]["checks"] if c["kind"] == "control")
+    assert control["values"][ORACLE] == 1.0 and control["passed"] is True
+    degen = next(c for c in rec["power"]["checks"] if c["kind"] == "degeneracy")
+    if degen["values"]["differing"] == 0:  # tuning picked an ablation's configuration
+        assert rec["verdict"] == "uninformative"
     names = [r["system"] for r in rec["rows"]]
     assert "DeepCommit-lite" in names and "one milestone per commit" in names
     single = next(r for r in rec["rows"] if r["system"] == "one milestone per commit")
     assert single["mean ARI"] == 0.0  # closed form: singletons share no pair
+
+
+def test_identical_partitions_make_the_degeneracy_check_fail(tmp_path):
+    repos = [{"times": np.arange(6.0)} for _ in range(3)]
+    same = lambda r: np.array([0, 0, 1, 1, 2, 2])  # noqa: E731
+    relabelled = lambda r: np.array([5, 5, 3, 3, 9, 9])  # same partition, other ids  # noqa: E731
+    split = lambda r: np.array([0, 1, 2, 3, 4, 5])  # noqa: E731
+    assert _differing(repos, same, relabelled) == 0
+    assert _differing(repos, same, split) == 3
+    check = power.degeneracy(
+        ("DeepCommit-lite", "files only (tuned)"), _differing(repos, same, relabelled), len(repos)
+    )
+    rows = [{"system": "DeepCommit-lite"}, {"system": "files only (tuned)"}]
+    res = Result(
+        rows=rows,
+        headline=Measure("r", 2.0, spread=(1.5, 2.5)),
+        target=1.0,
+        power=[check, power.not_measured("control", "x"), power.not_measured("floor", "x")],
+    )
+    claim = Claim("deepcommit", "p", "s", "f", run=lambda ctx: res, power=get("deepcommit").power)
+    assert run_claim(claim, scale="tiny", out_root=tmp_path)["verdict"] == "uninformative"
