@@ -98,10 +98,25 @@ def test_parquet_and_unknown_items(tmp_path):
 
 def test_tiny_claim(tmp_path):
     from icml26.atlas.claim import run
+    from icml26.claims_index import get
     from icml26.core.claims import Claim, run_claim
 
-    rec = run_claim(Claim("atlas", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
-    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive"), rec.get("error")
+    spec = get("atlas").power
+    assert get("atlas").paper_value is None  # the paper's number is ATLAS / random-100
+    rec = run_claim(
+        Claim("atlas", "p", "s", "f", run=run, power=spec), scale="tiny", out_root=tmp_path
+    )
+    assert rec["verdict"] in (
+        "reproduced",
+        "not reproduced",
+        "inconclusive",
+        "uninformative",
+    ), rec.get("error")
+    checks = rec["power"]["checks"]
+    assert [c["kind"] for c in checks] == list(spec.kinds)
+    assert all(c["passed"] in (True, False, None) for c in checks)
+    floor = next(c for c in checks if c["kind"] == "floor")
+    assert floor["values"]["prior mean theta (floor)"] > 0.5  # E|theta| for theta ~ N(0, 1)
     systems = {r["system"] for r in rec["rows"]}
     assert {
         "ATLAS SE 0.1",
@@ -112,3 +127,33 @@ def test_tiny_claim(tmp_path):
     lo, hi = rec["headline"]["spread"]
     assert lo <= rec["headline"]["value"] <= hi
     assert (tmp_path / "atlas").exists()
+
+
+def test_headline_ci_is_over_calibration_resamples_and_control_needs_separation():
+    import numpy as np
+
+    from icml26.atlas.claim import CONTROL, FLOOR, _headline, power_checks
+
+    rng = np.random.default_rng(0)
+    # three calibration resamples whose banks differ: ATLAS / random-k = 0.3, 0.5, 0.7
+    errs = []
+    for r in (0.3, 0.5, 0.7):
+        k = np.abs(rng.normal(0.4, 0.05, 200))
+        errs.append(
+            {
+                "ATLAS SE 0.1": r * k,
+                "random-k (matched)": k,
+                CONTROL: k,  # more items that do not help: the control must fail
+                "random-100": 0.9 * k,
+                "anchor-100 (k-means medoids)": 0.9 * k,
+                FLOOR: np.full(200, 0.8),
+            }
+        )
+    h = _headline({"errs": errs}, n_boot=500)
+    assert abs(h["ratio"].value - 0.5) < 0.01
+    assert h["ratio"].n_clusters == 3
+    lo, hi = h["ratio"].spread
+    assert lo < 0.35 and hi > 0.65  # the seed-to-seed (calibration) spread is in the CI
+    control, floor = power_checks(h)
+    assert control.kind == "control" and control.passed is False
+    assert floor.kind == "floor" and floor.passed is True
