@@ -64,11 +64,20 @@ def test_rxnmapper_centre_equals_template_centre_on_amide_and_suzuki():
 
 
 def test_tiny_claim(tmp_path):
-    from icml26.chemcensor.claim import run
-    from icml26.core.claims import Claim, run_claim
+    from icml26 import claims_index
+    from icml26.core.claims import run_claim
 
-    rec = run_claim(Claim("chemcensor", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
+    rec = run_claim(claims_index.get("chemcensor"), scale="tiny", out_root=tmp_path)
     assert rec["verdict"] != "error", rec.get("error")
+    checks = {c["kind"]: c for c in rec["power"]["checks"]}
+    assert sorted(checks) == ["control", "degeneracy", "floor"]
+    assert all(c["passed"] in (True, False, None) for c in checks.values())
+    # the control compares gold with corrupted candidates against a random score that is a row
+    ctrl = checks["control"]
+    assert ctrl["systems"] == ["ChemCensor (template maps)", "random score (uniform)"]
+    assert abs(ctrl["values"]["random score (uniform)"] - 0.5) < 0.25
+    assert ctrl["values"]["ChemCensor (template maps)"] > 0.9
+    assert checks["degeneracy"]["values"]["differing"] > 0  # (b) candidates: level >= 1, exact 0
     rows = {r["system"]: r for r in rec["rows"]}
     exact = rows["exact-match Top-1"]
     assert exact["mean score (b)"] == 0.0 and exact["mean score (a)"] == 1.0

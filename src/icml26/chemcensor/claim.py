@@ -39,6 +39,9 @@ from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.plots import pyplot, save_figure
 
 TARGET = 0.90
+RANDOM = "random score (uniform)"
+METHOD = "ChemCensor (template maps)"
+AC = "AUROC gold (a) vs corrupted (c)"
 CLASSES = ("a", "b", "c", "d")
 ORDER = {"a": 3, "b": 2, "d": 1, "c": 0}
 TINY_TEMPLATES = (
@@ -169,6 +172,9 @@ def _one_seed(
         agreement = same / max(1, len(gold_idx))
         rxm._worker.close()
     scores["RDKit validity + balance"] = [float(valid_balanced(r)) for r in rxn_list]
+    # the floor's other half: a score that knows nothing (its own generator, so the candidates'
+    # random choices are unchanged)
+    scores[RANDOM] = [float(x) for x in np.random.default_rng(seed + 7_919).random(len(rxn_list))]
     if use_rdchiral:
         from icml26.chemcensor.roundtrip import roundtrip_mapped
 
@@ -207,13 +213,18 @@ def _one_seed(
     }
 
 
-def _auroc_ci(items, s, seed, n_boot=1000):
+def _auroc_ci(items, s, seed, n_boot=1000, pos_classes=("a", "b"), neg_classes=("c", "d")):
+    """AUROC of score ``s`` for ``pos_classes`` vs ``neg_classes`` (items of other classes are
+    left out), with a 95% bootstrap interval that resamples targets (a target's candidates
+    together)."""
+    keep = [i for i, it in enumerate(items) if it[1] in pos_classes + neg_classes]
+    items = [items[i] for i in keep]
     groups: dict[int, list[int]] = {}
     for i, it in enumerate(items):
         groups.setdefault(it[0], []).append(i)
     keys = list(groups)
-    s = np.asarray(s)
-    pos = np.array([it[1] in ("a", "b") for it in items])
+    s = np.asarray(s)[keep]
+    pos = np.array([it[1] in pos_classes for it in items])
     value = auroc(s[pos], s[~pos])
     rng = np.random.default_rng(seed)
     boots = []
@@ -246,6 +257,8 @@ def run(ctx: RunContext) -> Result:
     ]
     rows = []
     head_vals, head_lo, head_hi = [], [], []
+    ac_stats: dict[str, tuple[float, tuple[float, float]]] = {}
+    head_stats: dict[str, tuple[float, tuple[float, float]]] = {}
     for name in runs[0]["scores"]:
         vals, los, his = [], [], []
         for k, r in enumerate(runs):
@@ -262,6 +275,23 @@ def run(ctx: RunContext) -> Result:
             "AUROC {a,b} vs {c,d}": round(float(np.mean(vals)), 3),
             "95% CI (widest over seeds)": f"[{min(los):.3f}, {max(his):.3f}]",
             "AUROC per seed": ", ".join(f"{v:.3f}" for v in vals),
+        }
+        ac = [
+            _auroc_ci(
+                r["items"], r["scores"][name], ctx.seed + k, pos_classes=("a",), neg_classes=("c",)
+            )
+            for k, r in enumerate(runs)
+            if name in r["scores"]
+        ]
+        ac_stats[name] = (
+            float(np.mean([x[0] for x in ac])),
+            (min(x[1] for x in ac), max(x[2] for x in ac)),
+        )
+        head_stats[name] = (float(np.mean(vals)), (min(los), max(his)))
+        row = {
+            **row,
+            AC: round(ac_stats[name][0], 3),
+            f"{AC} 95% CI": f"[{ac_stats[name][1][0]:.3f}, {ac_stats[name][1][1]:.3f}]",
             "Spearman vs a>b>d>c": round(float(rho), 3),
         }
         for c in CLASSES:
@@ -274,6 +304,7 @@ def run(ctx: RunContext) -> Result:
         rows.append(row)
         if name == "ChemCensor (template maps)":
             head_vals, head_lo, head_hi = vals, los, his
+    checks = _power_checks(runs, ac_stats, head_stats)
     r0 = runs[0]
     cls = [it[1] for it in r0["items"]]
     for c in CLASSES:
@@ -353,7 +384,61 @@ def run(ctx: RunContext) -> Result:
         target=TARGET,
         notes=notes,
         figures=figures,
+        power=checks,
     )
+
+
+def _power_checks(runs, ac_stats, head_stats) -> list:
+    """Positive control, floor and degeneracy (see the claims index).
+
+    Control: ChemCensor's level must separate gold (a) from corrupted (c) candidates beyond the
+    random score (AUROC of a vs c, target-bootstrap intervals). Floor: the better of the random
+    score and RDKit validity + balance on the headline AUROC; ChemCensor or exact match must lie
+    above its interval. Degeneracy: candidates on which ChemCensor's decision (level >= 1)
+    differs from exact match's (over every data seed)."""
+    from icml26.core import power
+
+    checks = [
+        power.control(
+            METHOD,
+            ac_stats[METHOD][0],
+            RANDOM,
+            ac_stats[RANDOM][0],
+            spread=ac_stats[METHOD][1],
+            null_spread=ac_stats[RANDOM][1],
+            metric=AC,
+        )
+    ]
+    trivial = [n for n in (RANDOM, "RDKit validity + balance") if n in head_stats]
+    fl = max(trivial, key=lambda n: head_stats[n][0])
+    compared = [
+        n for n in (METHOD, "ChemCensor (RXNMapper)", "exact-match Top-1") if n in head_stats
+    ]
+    checks.append(
+        power.floor(
+            {n: head_stats[n][0] for n in compared},
+            fl,
+            head_stats[fl][0],
+            spreads={n: head_stats[n][1] for n in compared},
+            floor_spread=head_stats[fl][1],
+            metric="AUROC {a,b} vs {c,d}",
+        )
+    )
+    differ = total = 0
+    for r in runs:
+        lv = np.asarray(r["scores"][METHOD]) >= 1
+        ex = np.asarray(r["scores"]["exact-match Top-1"]) >= 1
+        differ += int((lv != ex).sum())
+        total += len(lv)
+    checks.append(
+        power.degeneracy(
+            (METHOD, "exact-match Top-1"),
+            differ,
+            total,
+            what="candidates judged differently (ChemCensor level >= 1 vs exact match)",
+        )
+    )
+    return checks
 
 
 def _llm_rows(e: list[dict]) -> list[dict]:
