@@ -70,15 +70,28 @@ def test_tiny_claim(tmp_path, monkeypatch):
 
     monkeypatch.setattr(lengthstudy, "default_root", lambda: tmp_path / "cache")  # cold cache: the fixture must suffice
     monkeypatch.setattr(lengthstudy, "sample_lengths", _no_sampling)
-    rec = run_claim(Claim("tie", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
+    from icml26.claims_index import get
+
+    rec = run_claim(Claim("tie", "p", "s", "f", run=run, power=get("tie").power), scale="tiny",
+                    out_root=tmp_path)
     assert rec["error"] is None, rec["error"]
-    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive", "uninformative")
+    checks = rec["power"]["checks"]
+    assert sorted(c["kind"] for c in checks) == ["control", "control", "degeneracy", "floor"]
+    assert set(rec["power"]["declared"]) == {"control", "floor", "degeneracy"}
+    assert all(c["passed"] in (True, False, None) for c in checks)
+    assert {c["systems"][0] for c in checks if c["kind"] == "control"} == {"oracle median", "oracle TIE"}
+    assert rec["power"]["passed"] == all(c["passed"] is True for c in checks)
+    assert (rec["verdict"] == "uninformative") == (not rec["power"]["passed"])
+    deg = next(c for c in checks if c["kind"] == "degeneracy")
+    assert 0 <= deg["values"]["differing"] <= deg["values"]["total"] == 12 * 11 / 2
     parts = {}
     for r in rec["rows"]:
         parts.setdefault(r["part"], []).append(r)
-    assert set(parts) == {"tail", "KS", "held-out log-lik", "predictor", "scheduling"}
+    assert set(parts) == {"tail", "KS", "held-out log-lik", "predictor", "scheduling", "power"}
     ptla = {r["quantity"].split(":")[0]: r["measured"] for r in parts["scheduling"]}
-    assert set(ptla) == {"FCFS", "SSJF", "LTR", "SEPT", "TIE-lognormal", "TIE", "oracle SJF"}
+    assert set(ptla) == {"FCFS", "SSJF", "LTR", "SEPT", "TIE-lognormal", "TIE", "oracle SJF",
+                         "oracle median", "oracle TIE"}
     assert all(v > 0 for v in ptla.values())
     assert ptla["oracle SJF"] <= ptla["FCFS"] * 1.001
     tail = {r["quantity"]: r["measured"] for r in parts["tail"]}

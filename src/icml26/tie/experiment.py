@@ -30,13 +30,16 @@ from icml26.tie.queue import QueueConfig, TIEQueue
 from icml26.tie.score import ScoreTable
 
 __all__ = ["FAMILY_PARAMS", "Population", "make_population", "fit_labels", "crossfit", "POLICIES",
-           "make_queue", "make_trace", "run_policy", "RealPopulation",
-           "fit_labels_real", "make_trace_real", "schedule_study"]
+           "ORACLE_ARMS", "make_queue", "make_trace", "run_policy", "RealPopulation",
+           "fit_labels_real", "make_trace_real", "schedule_study", "oracle_params",
+           "tie_ltr_disagreement"]
 
 # family: (median log length, median log-t sigma)  [generated proxy; LMSYS-like spread]
 FAMILY_PARAMS = {"yesno": (1.8, 0.45), "list": (4.6, 0.45), "explain": (5.4, 0.55),
                  "math": (5.0, 0.65), "code": (5.7, 0.75), "story": (6.0, 0.85)}
-POLICIES = ("FCFS", "SSJF", "LTR", "SEPT", "TIE-lognormal", "TIE", "oracle SJF")
+POLICIES = ("FCFS", "SSJF", "LTR", "SEPT", "TIE-lognormal", "TIE", "oracle SJF", "oracle median", "oracle TIE")
+#: the positive-control arms: perfect per-prompt length information (``pop.oracle``)
+ORACLE_ARMS = ("oracle median", "oracle TIE")
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Population:
     cap: int
     labels: dict | None = None
     pred: dict | None = None
+    oracle: dict | None = None  # per-prompt true mu, sigma, median (the oracle arms)
 
     def dist(self, i: int) -> LogT:
         return LogT(float(self.mu[i]), float(self.sigma[i]), self.nu)
@@ -188,6 +192,7 @@ class RealPopulation:
     cap: int
     labels: dict | None = None
     pred: dict | None = None
+    oracle: dict | None = None  # per-prompt mu, sigma, median from all its samples (the oracle arms)
     table_grid: tuple[int, int] = (512, 128)  # ScoreTable (n_mu, n_sigma); tiny uses a coarser one
 
 
@@ -255,9 +260,13 @@ def make_queue(policy: str, pop, max_num_seqs: int, qcfg: QueueConfig):
         lo = P["ltr"].min()  # ranker scores are shifted positive (order unchanged) below the x_max placeholder
         span = P["ltr"].max() - lo + 1e-9
         return TIEQueue(lambda r, q: 1 + (cap - 2) * (P["ltr"][r.meta["prompt"]] - lo) / span, noage)
-    if policy in ("TIE", "SEPT", "TIE-lognormal"):
+    if policy == "oracle median":
+        med = pop.oracle["median"]
+        return TIEQueue(lambda r, q: min(float(med[r.meta["prompt"]]), cap), noage)
+    if policy in ("TIE", "SEPT", "TIE-lognormal", "oracle TIE"):
         ln = policy == "TIE-lognormal"
-        mu, sg = (P["ln_mu"], P["ln_sigma"]) if ln else (P["mu"], P["sigma"])
+        src = pop.oracle if policy == "oracle TIE" else P
+        mu, sg = (P["ln_mu"], P["ln_sigma"]) if ln else (src["mu"], src["sigma"])
         nu = math.inf if ln else 3.5
         beta = 0.0 if policy == "SEPT" else None
         table = _table(float(cap), nu, getattr(pop, "table_grid", (512, 128)))  # exact expectations interpolated (ScoreTable), not 10k MC
@@ -267,12 +276,39 @@ def make_queue(policy: str, pop, max_num_seqs: int, qcfg: QueueConfig):
 
 def run_policy(policy: str, pop, trace: list[Request], cost, engine_cfg: EngineConfig,
                qcfg: QueueConfig, finish_n: int | None = None) -> dict:
+    """``summarize`` of one simulated run, plus ``ptla_items``: every request's PTLA in request-id
+    order (the same requests for every policy on a trace, so policies pair item by item)."""
     eng = Engine(engine_cfg, cost, make_queue(policy, pop, engine_cfg.max_num_seqs, qcfg))
     recs = sim_run(trace, eng)
     out = summarize(recs)
+    out["ptla_items"] = [(r.finish_s - r.arrival_s) / r.output_tokens
+                         for r in sorted(recs, key=lambda r: r.id)]
     if finish_n:
         out["time_to_finish_s"] = time_to_finish(recs, finish_n)
     return out
+
+
+def oracle_params(lengths: list, censored: list, cap: int) -> dict:
+    """The oracle arms' per-prompt parameters from the samples the simulated requests draw their
+    true lengths from (a real population's *held-out* samples): log-t (nu = 3.5) MLE mu, sigma
+    (:func:`fit_labels_real`, censored at the cap) and the sample median."""
+    fit = fit_labels_real(lengths, censored)
+    med = np.array([min(float(np.median(L)), cap) for L in lengths])
+    return {"mu": fit["mu"], "sigma": fit["sigma"], "median": med}
+
+
+def tie_ltr_disagreement(pop, x_max: float, max_num_seqs: int = 32) -> tuple[int, int]:
+    """Prompt pairs that TIE (predicted mu, sigma) and LTR rank in opposite order, at *both* ends
+    of TIE's adaptive beta (0.1 and 0.5): ``(discordant, total)``."""
+    P = pop.pred
+    table = _table(float(x_max), 3.5, getattr(pop, "table_grid", (512, 128)))
+    ltr = np.asarray(P["ltr"], float)
+    lo = table(P["mu"], P["sigma"], beta=0.1)
+    hi = table(P["mu"], P["sigma"], beta=0.5)
+    i, j = np.triu_indices(len(ltr), 1)
+    s_l = np.sign(ltr[i] - ltr[j])
+    both = (np.sign(lo[i] - lo[j]) * s_l < 0) & (np.sign(hi[i] - hi[j]) * s_l < 0)
+    return int(both.sum()), int(len(i))
 
 
 def schedule_study(pop, trace_fn, n_req: int, loads, n_seeds: int, seed: int, x_max: float,
@@ -284,7 +320,7 @@ def schedule_study(pop, trace_fn, n_req: int, loads, n_seeds: int, seed: int, x_
     (the drain at the end excluded); then, per load (fraction of that capacity) and seed, every
     policy of :data:`POLICIES` on the same Poisson trace. ``trace_fn(pop, n, rate, seed)`` makes
     a trace (``rate=None``: all arrive at t = 0). Returns ``table``/``p90``/``ttft``
-    ({(policy, load): [per seed]}), ``offline`` (per policy, time to finish 75%), ``capacity``
+    ({(policy, load): [per seed]}), ``items`` ({(policy, load): [per seed: per-request PTLA]}), ``offline`` (per policy, time to finish 75%), ``capacity``
     (req/s) and ``engine`` (the EngineConfig).
     """
     from icml26.sim.cost import HardwareSpec, ModelSpec, RooflineCost
@@ -301,7 +337,7 @@ def schedule_study(pop, trace_fn, n_req: int, loads, n_seeds: int, seed: int, x_
         tick(1)
     half = run_policy("FCFS", pop, offline_tr, cost, ecfg, qcfg, finish_n=n_req // 2)["time_to_finish_s"]
     capacity = (n_req // 2) / half
-    table, p90, ttft = {}, {}, {}
+    table, p90, ttft, items = {}, {}, {}, {}
     for ld in loads:
         for s in range(n_seeds):
             tr = trace_fn(pop, n_req, ld * capacity, seed=seed * 1000 + s)
@@ -310,9 +346,10 @@ def schedule_study(pop, trace_fn, n_req: int, loads, n_seeds: int, seed: int, x_
                 table.setdefault((p, ld), []).append(m["ptla_mean"])
                 p90.setdefault((p, ld), []).append(m["ptla_p90"])
                 ttft.setdefault((p, ld), []).append(m["ttft_mean"])
+                items.setdefault((p, ld), []).append(m["ptla_items"])
                 tick(1)
-    return {"table": table, "p90": p90, "ttft": ttft, "offline": offline, "capacity": capacity,
-            "engine": ecfg}
+    return {"table": table, "p90": p90, "ttft": ttft, "items": items, "offline": offline,
+            "capacity": capacity, "engine": ecfg}
 
 
 def plot_ptla_vs_load(ax, loads, table: dict, title: str, title_size: float | None = None) -> None:
