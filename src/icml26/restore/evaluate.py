@@ -13,11 +13,13 @@ __all__ = ["score_questions", "run_system"]
 
 @torch.no_grad()
 def score_questions(model, images: np.ndarray, questions: list, n_image_tokens: int,
-                    batch_size: int = 32, progress=None, record: dict | None = None) -> np.ndarray:
+                    batch_size: int = 32, progress=None, record: dict | None = None,
+                    answers: np.ndarray | None = None) -> np.ndarray:
     """Correct (bool array, one per question): argmax of the next-token logits after ``answer``
     over the question type's answer set. Questions are batched by prompt length (no padding).
     When the model is patched and ``record`` is a dict, per-layer text->visual attention mass
-    (B,) tensors are appended to ``record[layer]``."""
+    (B,) tensors are appended to ``record[layer]``. ``answers`` (an int array, one per question)
+    receives each predicted answer's token id."""
     st = getattr(model, "_icml26_restore", None)
     if st is not None:
         st.record = record
@@ -39,6 +41,8 @@ def score_questions(model, images: np.ndarray, questions: list, n_image_tokens: 
                 cand = scenes.answer_ids(q.kind)
                 pred = cand[int(torch.argmax(logits[row, cand]))]
                 correct[i] = pred == scenes.WORD[q.answer]
+                if answers is not None:
+                    answers[i] = pred
     finally:
         if st is not None:
             st.record = None
@@ -46,18 +50,20 @@ def score_questions(model, images: np.ndarray, questions: list, n_image_tokens: 
 
 
 def run_system(model, cfg: RestoreConfig | None, images, questions, n_image_tokens, *,
-               batch_size=32, progress=None, record: bool = False):
+               batch_size=32, progress=None, record: bool = False, answers: np.ndarray | None = None):
     """Correct array (and per-layer mean text->visual attention mass when ``record``) for one
-    system; ``cfg=None`` is the unpatched model."""
+    system; ``cfg=None`` is the unpatched model. ``answers``: see :func:`score_questions`."""
     rec = {} if record else None
     if cfg is None:
         if record:
             cfg = RestoreConfig(reducer="none", calibrate=False)  # same numbers, instrumented path
         else:
-            return score_questions(model, images, questions, n_image_tokens, batch_size, progress), None
+            return score_questions(model, images, questions, n_image_tokens, batch_size, progress,
+                                   answers=answers), None
     apply_restore(model, cfg)
     try:
-        correct = score_questions(model, images, questions, n_image_tokens, batch_size, progress, rec)
+        correct = score_questions(model, images, questions, n_image_tokens, batch_size, progress, rec,
+                                  answers)
     finally:
         remove_restore(model)
     mass = None
