@@ -9,14 +9,16 @@ import icml26.algosteer.grid as grid_mod
 from icml26.algosteer.backends import Generation
 from icml26.algosteer.sandbox import Limits
 from icml26.algosteer.tasks import TASKS
+from icml26.claims_index import get
 from icml26.core.claims import Claim, run_claim
 
 REF = TASKS["fib"].references
+SPEC = get("algosteer").power
 
 
 class Scripted:
     """no cue: iterative on every 4th request, naive otherwise (so 'none' gets 4 iterative of 8
-    and 'none_resampled' none); performance: always matrix."""
+    and 'none_resampled' none); performance: always matrix; naming: always iterative."""
 
     def __init__(self):
         self.counter = 0
@@ -30,6 +32,8 @@ class Scripted:
             text = msgs[-1]["content"]
             if "performance-critical" in text:
                 code = REF["matrix"][0]
+            elif "iterative loop" in text:  # the naming cue names the iterative family
+                code = REF["iterative"][0]
             else:
                 code = REF["iterative"][0] if self.counter % 4 == 0 else REF["naive"][0]
                 self.counter += 1
@@ -42,9 +46,19 @@ def test_claim_headline_on_a_scripted_backend(tmp_path, monkeypatch):
     # naive recursion times out on the large inputs by design; keep that wait short here
     monkeypatch.setattr(grid_mod, "_large_limits", lambda t, base, f: Limits(time_s=0.5))
     rec = run_claim(
-        Claim("algosteer", "p", "s", "f", run=claim_mod.run), scale="tiny", out_root=tmp_path
+        Claim("algosteer", "p", "s", "f", run=claim_mod.run, power=SPEC),
+        scale="tiny",
+        out_root=tmp_path,
     )
     assert rec["error"] is None, rec["error"]
+    checks = {c["kind"]: c for c in rec["power"]["checks"]}
+    assert list(checks) == list(SPEC.kinds)
+    # naming: all iterative vs none 50/50 -> TVD 0.5, the same as the resampled control's 0.5,
+    # so the control does not separate and the verdict is uninformative
+    assert checks["control"]["values"][claim_mod.CONTROL] == pytest.approx(0.5)
+    assert checks["control"]["passed"] is False
+    assert checks["degeneracy"]["passed"] is True  # performance: matrix, a real shift
+    assert rec["verdict"] == "uninformative"
     # TVD(performance, none) = 1 (matrix vs naive/iterative); TVD(control, none) = 0.5
     assert rec["headline"]["value"] == pytest.approx(2.0)
     assert "(gated)" in rec["headline"]["name"]
@@ -57,14 +71,76 @@ def test_claim_headline_on_a_scripted_backend(tmp_path, monkeypatch):
     for fig in rec["figures"]:
         assert (tmp_path / fig).stat().st_size > 1000
     lines = (tmp_path / "algosteer" / "tiny" / "runs.jsonl").read_text().splitlines()
-    assert len(lines) == 1 + 12 and json.loads(lines[0])["kind"] == "header"
+    assert len(lines) == 1 + 16 and json.loads(lines[0])["kind"] == "header"
 
 
 @pytest.mark.slow
 def test_tiny_claim_runs_on_smollm2(tmp_path):
     rec = run_claim(
-        Claim("algosteer", "p", "s", "f", run=claim_mod.run), scale="tiny", out_root=tmp_path
+        Claim("algosteer", "p", "s", "f", run=claim_mod.run, power=SPEC),
+        scale="tiny",
+        out_root=tmp_path,
     )
     assert rec["error"] is None, rec["error"]
-    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive")
-    assert sum(r.get("n", 0) for r in rec["rows"] if r.get("category") != "summary") == 12
+    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive", "uninformative")
+    assert [c["kind"] for c in rec["power"]["checks"]] == list(SPEC.kinds)
+    assert all(c["passed"] in (True, False, None) for c in rec["power"]["checks"])
+    cells = [r for r in rec["rows"] if r.get("category") not in ("summary", "power")]
+    assert sum(r.get("n", 0) for r in cells) == 16
+
+
+class Failing:
+    """Parsable programs that fail every test: no gated program at all."""
+
+    def info(self):
+        return {"backend": "failing"}
+
+    def generate(self, requests, temperature, max_new_tokens):
+        code = "def fib(n):\n    return -1\n"
+        return [Generation(f"```python\n{code}```", seed) for _, seed in requests]
+
+
+def test_no_informative_gated_cell_is_uninformative_not_an_ungated_headline(tmp_path, monkeypatch):
+    monkeypatch.setattr(claim_mod, "make_backend", lambda ctx: (Failing(), "failing"))
+    rec = run_claim(
+        Claim("algosteer", "p", "s", "f", run=claim_mod.run, power=SPEC),
+        scale="tiny",
+        out_root=tmp_path,
+    )
+    assert rec["error"] is None, rec["error"]
+    assert rec["verdict"] == "uninformative"
+    assert "no informative gated cell" in rec["uninformative"]
+    assert "ungated" not in rec["headline"]["name"].split("(")[1].split(";")[0]
+    assert all(c["passed"] is None for c in rec["power"]["checks"])  # nothing measurable
+    summary = {r["cue"]: r for r in rec["rows"] if r.get("category") == "summary"}
+    assert "semantic/control ungated" in summary  # the ungated ratio stays a row
+
+
+def _rows(cells):
+    return [
+        {"task": "fib", "cue": cue, "outcome": "pass", "family": fam}
+        for cue, fams in cells.items()
+        for fam in fams
+    ]
+
+
+def test_power_checks_on_known_cells():
+    config = claim_mod.grid_config("tiny", samples=12)
+    base = ["naive"] * 9 + ["iterative"] * 3
+    strong = {
+        "none": base,
+        "none_resampled": ["naive"] * 10 + ["iterative"] * 2,
+        "performance": ["matrix"] * 12,
+        "naming": ["iterative"] * 12,
+    }
+    rows = _rows(strong)
+    table, _ = claim_mod.analyse(rows, config, min_n=10, n_boot=200)
+    checks = {c.kind: c for c in claim_mod.power_checks(rows, table, config, 10, n_boot=200)[0]}
+    assert checks["control"].passed and checks["floor"].passed and checks["degeneracy"].passed
+    # every cue answers like the no-cue prompt: zero changed distributions, a null control
+    same = {c: base for c in strong}
+    rows = _rows(same)
+    table, _ = claim_mod.analyse(rows, config, min_n=10, n_boot=200)
+    checks = {c.kind: c for c in claim_mod.power_checks(rows, table, config, 10, n_boot=200)[0]}
+    assert checks["degeneracy"].passed is False and checks["degeneracy"].values["differing"] == 0
+    assert checks["control"].passed is False and checks["floor"].passed is False

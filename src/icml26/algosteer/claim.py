@@ -5,8 +5,14 @@ Grid (``small``): SmolLM2-135M-Instruct, bf16, T = 0.8, <= 160 new tokens; all 1
 surface), team name, naming; 20 samples per cell. Headline: mean TVD (vs no cue) of the semantic
 cues / TVD of the resampled no-cue control, over informative cells (>= 10 gated programs in the
 cue, base and control cells), 95% bootstrap CI (cells resampled independently); target > 1.
-When no cell is informative (a weak model), the headline is the same ratio over all parsable
-programs (ungated) and its name says so.
+When no cell is informative (a weak model), the verdict is ``uninformative`` with the reason; the
+same ratio over all parsable programs (ungated) stays a summary row, never the headline.
+
+Power checks (gated, informative cells only): the positive control is the explicit naming cue
+("Use <algorithm>.") against the resampled no-cue control, both as mean TVD to the no-cue cell;
+the floor is the resampled control's TVD (sampling noise alone), which the semantic cues' mean TVD
+must exceed; the degeneracy check counts the informative cued cells whose family distribution
+differs from the no-cue cell at all. A check with no informative cell is not measured.
 
 Options (``--opt key=value``): ``model`` (HF folder/.gguf; default packaged SmolLM2), ``endpoint``
 (``http://HOST/v1#MODEL``, OpenAI-compatible), ``chat`` (a ``core.chat.get_chat`` spec),
@@ -36,6 +42,7 @@ from icml26.algosteer.stats import (
     tvd_ratio,
 )
 from icml26.algosteer.tasks import get_task
+from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 
@@ -51,6 +58,10 @@ SMALL_CUES = (
     "naming",
 )
 FULL_CUES = tuple(CUES)
+#: the power checks' systems (summary rows' ``cue``)
+CONTROL = "naming cue (positive control): mean gated TVD vs no cue"
+NULL = "resampled no-cue control: mean gated TVD vs no cue"
+SEMANTIC = "semantic cues: mean gated TVD vs no cue"
 
 
 def grid_config(
@@ -63,7 +74,7 @@ def grid_config(
     if scale == "tiny":
         return GridConfig(
             tasks=("fib",),
-            cues=("none", "none_resampled", "performance"),
+            cues=("none", "none_resampled", "performance", "naming"),
             samples=samples or 4,
             max_new_tokens=64,
             seed=seed,
@@ -102,6 +113,11 @@ def make_backend(ctx: RunContext):
     batch = int(opts.get("batch_size", ctx.pick(tiny=24, small=48, full=64)))
     model = opts.get("model")
     return (HFBackend(model, ctx.device, opts.get("dtype", "bfloat16"), batch), model or "smollm2")
+
+
+def fams_of(config: GridConfig) -> dict[str, tuple[str, ...]]:
+    """Each task's families plus ``other``."""
+    return {t: (*get_task(t).families, "other") for t in config.tasks}
 
 
 def cells_of(rows: list[dict], gated: bool) -> dict[tuple[str, str], list[str]]:
@@ -239,6 +255,122 @@ def summarise(gated, ungated, fams, config, min_n, seed, n_boot) -> dict:
     return out
 
 
+def _mean_tvd(cells, fams, pairs, base="none"):
+    def stat(*labels):
+        sub = dict(zip(pairs, labels[: len(pairs)], strict=True))
+        bases = dict(zip(sorted({t for t, _ in pairs}), labels[len(pairs) :], strict=True))
+        return float(
+            np.mean(
+                [tvd(shares(sub[p], fams[p[0]]), shares(bases[p[0]], fams[p[0]])) for p in pairs]
+            )
+        )
+
+    return stat, [cells[p] for p in pairs] + [
+        cells[(t, base)] for t in sorted({t for t, _ in pairs})
+    ]
+
+
+def _tvd_ci(cells, fams, pairs, seed, n_boot):
+    stat, args = _mean_tvd(cells, fams, pairs)
+    lo, hi = bootstrap_cells(stat, *args, n_boot=n_boot, seed=seed)
+    return stat(*args), (float(lo), float(hi))
+
+
+def power_checks(rows, table, config, min_n, seed=0, n_boot=1000):
+    """The claim's power checks on the gated cells, and the summary rows naming their systems."""
+    gated = cells_of(rows, True)
+    fams = fams_of(config)
+    big = lambda t, c: len(gated.get((t, c), ())) >= min_n  # noqa: E731
+    semantic = [c for c in config.cues if get_cue(c).category == "semantic"]
+    ok = [t for t in config.tasks if big(t, "none") and big(t, "none_resampled")]
+    why = (
+        f"no task has >= {min_n} passing programs in both its no-cue and resampled cells "
+        f"({sum(r['outcome'] == 'pass' for r in rows)}/{len(rows)} programs pass the tests)"
+    )
+    checks, out_rows = [], []
+
+    def row(name, value, ci, n):
+        out_rows.append(
+            {
+                "task": "all",
+                "cue": name,
+                "category": "power",
+                "value": round(value, 3),
+                "ci": [round(ci[0], 3), round(ci[1], 3)],
+                "cells": n,
+            }
+        )
+
+    null = None
+    if ok:
+        null = _tvd_ci(gated, fams, [(t, "none_resampled") for t in ok], seed, n_boot)
+        row(NULL, *null, len(ok))
+    ctl = [t for t in ok if big(t, "naming")] if "naming" in config.cues else []
+    if ctl:
+        c_val, c_ci = _tvd_ci(gated, fams, [(t, "naming") for t in ctl], seed, n_boot)
+        n_val, n_ci = _tvd_ci(gated, fams, [(t, "none_resampled") for t in ctl], seed, n_boot)
+        row(CONTROL, c_val, c_ci, len(ctl))
+        if len(ctl) != len(ok):
+            row(NULL + f" (the control's {len(ctl)} tasks)", n_val, n_ci, len(ctl))
+        checks.append(
+            power.control(
+                CONTROL,
+                c_val,
+                NULL + ("" if len(ctl) == len(ok) else f" (the control's {len(ctl)} tasks)"),
+                n_val,
+                spread=c_ci,
+                null_spread=n_ci,
+                metric="mean gated TVD",
+            )
+        )
+    else:
+        if "naming" not in config.cues:
+            reason = "the grid has no naming cue"
+        elif not ok:
+            reason = why
+        else:
+            reason = f"no informative task has >= {min_n} passing programs in its naming cell"
+        checks.append(power.not_measured("control", reason))
+    pairs = [(t, c) for t in ok for c in semantic if big(t, c)]
+    if pairs:
+        s_val, s_ci = _tvd_ci(gated, fams, pairs, seed, n_boot)
+        row(SEMANTIC, s_val, s_ci, len(pairs))
+        checks.append(
+            power.floor(
+                {SEMANTIC: s_val},
+                NULL,
+                null[0],
+                spreads={SEMANTIC: s_ci},
+                floor_spread=null[1],
+                metric="mean gated TVD",
+            )
+        )
+    else:
+        checks.append(
+            power.not_measured("floor", why if not ok else "no informative semantic cell")
+        )
+    cued = [
+        r
+        for r in table
+        if r["informative"]
+        and get_cue(r["cue"]).category not in ("control", "naming")
+        and "tvd_gated" in r
+    ]
+    if cued:
+        differ = sum(1 for r in cued if (r["tvd_gated"] or 0) > 0)
+        checks.append(
+            power.degeneracy(
+                ["none", *sorted({r["cue"] for r in cued})],
+                differ,
+                len(cued),
+                what="informative cued cells' family distributions (vs no cue)",
+            )
+        )
+    else:
+        checks.append(power.not_measured("degeneracy", "no informative cued cell: " + why))
+    return checks, out_rows
+
+
 def run(ctx: RunContext) -> Result:
     backend, model_name = make_backend(ctx)
     samples = ctx.options.get("samples")
@@ -277,10 +409,25 @@ def run(ctx: RunContext) -> Result:
 
     figures = plot_all(rows, table, config, ctx.out_dir)
     r, ci, n_pairs = summary["semantic/control gated"]
-    which = "gated"
+    n_pass = sum(r_["outcome"] == "pass" for r_ in rows)
+    which, uninformative = "gated", None
     if n_pairs == 0:
-        r, ci, n_pairs = summary["semantic/control ungated"]
-        which = "ungated: no informative gated cell"
+        ru, _, nu = summary["semantic/control ungated"]
+        uninformative = (
+            f"no informative gated cell (>= {min_n} passing programs in a semantic cue's cell and "
+            f"its task's no-cue and resampled cells; {n_pass}/{len(rows)} programs pass the "
+            f"tests): the gated headline cannot be measured. The ungated ratio over parsable "
+            f"programs ({ru:.3g} over {nu} cells) is a summary row, not the headline."
+        )
+        # the headline still needs a finite number (a NaN is an 'error'): the gated ratio over
+        # cells with any passing program, else the target itself; the verdict is uninformative
+        r, _, n_any = tvd_ratio(
+            cells_of(rows, True), fams_of(config), summary["semantic_cues"], min_n=1
+        )
+        ci = (float("nan"), float("nan"))
+        which = "gated, cells with >= 1 passing program; not measurable"
+        if not np.isfinite(r):
+            r, which = float(TARGET), "gated; not measured: no informative cell"
     headline = Measure(
         f"semantic-cue TVD / resampled-control TVD ({which})",
         r,
@@ -288,7 +435,9 @@ def run(ctx: RunContext) -> Result:
         ci if np.isfinite(ci).all() else None,
         higher_is_better=True,
     )
-    n_pass = sum(r_["outcome"] == "pass" for r_ in rows)
+    checks, power_rows = power_checks(
+        rows, table, config, min_n, seed=ctx.seed, n_boot=ctx.pick(tiny=300, small=1000, full=2000)
+    )
     summary_rows = [
         {
             "task": "all",
@@ -324,6 +473,18 @@ def run(ctx: RunContext) -> Result:
             )
             + "."
         )
+    notes.append(
+        "Power checks (gated, informative cells): control = the naming cue ('Use <algorithm>.') "
+        "vs the resampled no-cue control; floor = the resampled control's TVD (sampling noise), "
+        "which the semantic cues must exceed; degeneracy = informative cued cells whose family "
+        "distribution differs from the no-cue cell."
+    )
     return Result(
-        rows=table + summary_rows, headline=headline, target=TARGET, notes=notes, figures=figures
+        rows=table + summary_rows + power_rows,
+        headline=headline,
+        target=TARGET,
+        notes=notes,
+        figures=figures,
+        power=checks,
+        uninformative=uninformative,
     )
