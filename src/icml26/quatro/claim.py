@@ -7,6 +7,12 @@ to ~30% sampled exact match, then each arm (tr_dual, GRPO, DAPO, GSPO, KL penalt
 rollout budget, LR and seeds in each (mu, LR multiplier) setting. Headline: tr_dual held-out
 pass@1 / best baseline's at the harshest setting, min/max of the seed-paired ratios.
 
+Power checks: control = the stress itself (GRPO at the harshest setting against on-policy GRPO,
+mu=1 at the base LR: the stress must degrade the clipped loss beyond the seed spread; measured
+where the run has the (1, 1) setting and >= 2 seeds, i.e. small/full); floor = the base
+(SFT-warmed) policy's held-out pass@1 before RL, min/max over seeds (some arm at the harshest
+setting must end above it).
+
 Options: ``delta`` (0.05), ``base_lr`` (1e-4), ``steps`` / ``seeds`` (override the scale's),
 ``jobs`` (processes, one seed each; default 1).
 """
@@ -218,6 +224,7 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
         p1 = [r["pass@1"] for r in rs]
         rows.append(
             {
+                "system": _system(arm, st),
                 "arm": arm,
                 "mu": st[0],
                 "lr_x": st[1],
@@ -232,6 +239,17 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
                 "clip frac": round(mean(arm, st, "clip"), 4),
             }
         )
+    base = [float(r["pass@1_0"]) for r in res[("tr_dual", harsh)]]  # the same policy per seed
+    rows.append(
+        {
+            "system": BASE_SYSTEM,
+            "arm": "base policy",
+            "pass@1 start": round(float(np.mean(base)), 4),
+            "pass@1": round(float(np.mean(base)), 4),
+            "pass@1 min/max": f"{min(base):.3f}/{max(base):.3f}",
+        }
+    )
+    checks = power_checks(res, harsh, base)
     figs = _figures(ctx, res, settings, qstats, delta)
     sft_acc = np.mean([i["sft_val_exact"] for i in sft_info])
     notes = [
@@ -248,6 +266,10 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
         f"Headline at (mu, LR x)={harsh}: best baseline by mean pass@1 = {best}; ratios use +{eps:.1e} "
         "(half a success) on both sides; spread = min/max of seed-paired ratios.",
         "Collapse = final entropy < 10% of initial or final smoothed reward < 50% of its peak.",
+        "Power checks: control = GRPO at the harshest setting vs on-policy GRPO (mu=1, base LR), "
+        "pass@1 min/max over seeds (needs the (1, 1) setting and >= 2 seeds); floor = the base "
+        "policy's held-out pass@1 before RL (the step-0 evaluation, the same policy for every "
+        "arm of a seed), min/max over seeds, against every arm at the harshest setting.",
         "This claim runs the plain-PyTorch RLLoop; the TRL trainer (TrDualGRPOTrainer, trl 1.16) has its own SmolLM2 + LoRA comparison in docs/quatro.md.",
     ]
     return Result(
@@ -262,7 +284,70 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
         target=TARGET,
         notes=notes,
         figures=figs,
+        power=checks,
     )
+
+
+BASE_SYSTEM = "base policy (SFT-warmed, before RL)"
+ON_POLICY = (1, 1)
+
+
+def _system(arm, st) -> str:
+    return f"{arm} (mu={st[0]}, LR x{st[1]})"
+
+
+def _range(xs):
+    return (float(min(xs)), float(max(xs))) if len(xs) > 1 else None
+
+
+def power_checks(res: dict, harsh: tuple, base: list[float]) -> list:
+    """Control: stressed GRPO vs on-policy GRPO at the base LR (pass@1, min/max over seeds; needs
+    the (1, 1) setting and >= 2 seeds). Floor: the base policy's held-out pass@1 before RL
+    (min/max over seeds) against every arm at the harshest setting."""
+    from icml26.core import power
+
+    stressed, onpol = res.get(("grpo", harsh)), res.get(("grpo", ON_POLICY))
+    if onpol is None or harsh == ON_POLICY:
+        ctl = power.not_measured(
+            "control",
+            f"this scale runs only the setting mu={harsh[0]}, LR x{harsh[1]}: no on-policy GRPO "
+            "at the base LR to compare the stressed GRPO with (small and full run mu=1, LR x1)",
+        )
+    elif len(stressed) < 2:
+        ctl = power.not_measured(
+            "control", "one seed: no seed spread to separate on-policy from stressed GRPO"
+        )
+    else:
+        a = [r["pass@1"] for r in onpol]
+        b = [r["pass@1"] for r in stressed]
+        ctl = power.control(
+            _system("grpo", ON_POLICY),
+            float(np.mean(a)),
+            _system("grpo", harsh),
+            float(np.mean(b)),
+            spread=_range(a),
+            null_spread=_range(b),
+            metric="held-out pass@1 (min/max over seeds)",
+        )
+    arms = {
+        _system(a, harsh): float(np.mean([r["pass@1"] for r in res[(a, harsh)]]))
+        for a in ARMS
+        if (a, harsh) in res
+    }
+    spreads = {
+        _system(a, harsh): _range([r["pass@1"] for r in res[(a, harsh)]])
+        for a in ARMS
+        if (a, harsh) in res
+    }
+    flo = power.floor(
+        arms,
+        BASE_SYSTEM,
+        float(np.mean(base)),
+        spreads=spreads,
+        floor_spread=_range(base),
+        metric="held-out pass@1",
+    )
+    return [ctl, flo]
 
 
 def _figures(ctx, res, settings, qstats, delta):
