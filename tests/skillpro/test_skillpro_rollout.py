@@ -118,14 +118,14 @@ def test_batched_episodes_equal_one_episode_path(chat):
 
 def test_llm_claim_path_runs_batched(tmp_path, chat):
     """The claim's LLM arm end to end on a tiny model folder (all seven conditions batched)."""
-    from icml26.core.claims import Claim, run_claim
-    from icml26.skillpro.claim import run
+    from icml26 import claims_index
+    from icml26.core.claims import run_claim
 
     chat.model.float().save_pretrained(tmp_path / "m")
     chat.tokenizer.save_pretrained(tmp_path / "m")
     chat.model.double()
     r = run_claim(
-        Claim("skillpro", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path,
+        claims_index.get("skillpro"), scale="tiny", out_root=tmp_path,
         options={"agent": str(tmp_path / "m"), "iters": "1", "episodes": "1", "eval": "1",
                  "hard": "1", "meta": "0"},
     )
@@ -134,3 +134,4 @@ def test_llm_claim_path_runs_batched(tmp_path, chat):
     assert {"wo_sg", "Skill-Pro (template mutator)", "naive memory"} <= set(names)
     assert "evolver JSON failures / calls" in r["rows"][2] and "guidance tokens/step" in r["rows"][2]
     assert any("KV engine" in n for n in r["notes"])
+    assert [c["kind"] for c in r["power"]["checks"]] == ["control", "floor", "degeneracy"]
