@@ -3,16 +3,15 @@ import json
 import pytest
 import torch
 
-from icml26.core.claims import Claim, run_claim
+from icml26 import claims_index
+from icml26.core.claims import run_claim
 
 
 def test_tiny_claim_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    from icml26.uds.claim import run
-
-    rec = run_claim(Claim("uds", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path / "res")
+    rec = run_claim(claims_index.get("uds"), scale="tiny", out_root=tmp_path / "res")
     assert rec["error"] is None, rec["error"]
-    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive", "uninformative")
     arms = {(r["selector"], r["budget"]) for r in rec["rows"]}
     assert {
         ("full", 1.0),
@@ -20,16 +19,84 @@ def test_tiny_claim_runs(tmp_path, monkeypatch):
         ("maxloss", 0.25),
         ("gradnorm", 0.25),
         ("uds", 0.25),
+        ("random-tokens", 0.25),
+        ("single-source (add)", 0.25),
+        ("no fine-tuning (model before SFT)", 0.0),
     } <= arms
     lo, hi = rec["headline"]["spread"]
     assert lo <= rec["headline"]["value"] <= hi
     assert all((tmp_path / "res" / f).exists() for f in rec["figures"])
-    # every budget arm trained on exactly budget x the candidates of the full arm
+    # power checks: the three declared kinds, measured on this run
+    checks = {c["kind"]: c for c in rec["power"]["checks"]}
+    assert sorted(checks) == sorted(rec["power"]["declared"]) == ["control", "degeneracy", "floor"]
+    assert all(c["passed"] in (True, False) for c in checks.values())
+    assert checks["control"]["systems"] == ["random", "single-source (add)"]
+    d = checks["degeneracy"]["values"]
+    assert 0 < d["differing"] <= d["total"]
+    # from scratch, the untrained model is far worse than any fine-tuned arm
+    assert checks["floor"]["passed"] is True
+    # budgets: tokens per arm; the token-matched Random trains on as many response tokens as UDS
+    b = rec["budgets"]["response tokens trained (the tokens the loss trains on)"]
+    assert b["matched"] is False and set(b["arms"]) >= {"random", "uds", "random-tokens"}
+    assert abs(b["arms"]["random-tokens"] - b["arms"]["uds"]) <= 32  # within one example
+    assert b["arms"]["uds"] > b["arms"]["random"]  # UDS picks longer responses
     full = next(r for r in rec["rows"] if r["selector"] == "full")
     assert full["scoring s"] == 0.0
-    # cached runs make the rerun resume without training
+    # cached runs make the rerun resume without training: every arm and the base model, 2 seeds
     n = len(list((tmp_path / "cache" / "icml26" / "uds" / "runs").glob("*.json")))
-    assert n == 2 * (len(rec["rows"]) - 1)  # last row: the step-cost measurement
+    n_arms = sum(1 for r in rec["rows"] if "seeds" in r)  # arm rows and the base-model row
+    assert n == 2 * n_arms
+
+
+def _batch(lengths, prompt=1):
+    """A collated batch whose row i has lengths[i] response tokens after ``prompt`` tokens."""
+    from icml26.uds.loop import Encoded, collate
+
+    items = [
+        Encoded([1] * prompt + [2 + i] * n, [-100] * prompt + [2 + i] * n)
+        for i, n in enumerate(lengths)
+    ]
+    return collate(items, pad_id=0), items
+
+
+def test_token_matched_random_reaches_the_token_target():
+    from icml26.uds.claim import TokenMatchedRandom
+
+    batch, _ = _batch([1, 2, 3, 4, 5, 6, 7, 8])
+    sel = TokenMatchedRandom(seed=0, total_tokens=60, n_steps=4)
+    used, picks = 0, []
+    for _ in range(4):
+        idx = sel.select(None, batch, k=2)  # k is ignored: tokens decide
+        assert len(idx) >= 1 and len(set(idx.tolist())) == len(idx)
+        picks.append(len(idx))
+        used += sum(i + 1 for i in idx.tolist())
+    assert 60 <= used < 60 + 8  # reaches the total, overshooting by less than one example
+    assert sel.used == used
+    # a target below one example per step still trains on one example per step
+    sel = TokenMatchedRandom(seed=0, total_tokens=1, n_steps=3)
+    assert [len(sel.select(None, batch, 2)) for _ in range(3)] == [1, 1, 1]
+
+
+def test_single_source_prefers_its_family_and_fills_k():
+    from icml26.uds.claim import SingleSource
+
+    batch, items = _batch([2, 2, 2, 2, 2, 2])
+    fam = ["a", "b", "a", "b", "b", "b"]
+    family_of = {tuple(e.input_ids): f for e, f in zip(items, fam, strict=True)}
+    sel = SingleSource(seed=0, family_of=family_of, family="a")
+    assert sel.select(None, batch, 2).tolist() == [0, 2]
+    three = sel.select(None, batch, 3).tolist()
+    assert {0, 2} <= set(three) and len(three) == 3  # only one of family b fills the K
+
+
+def test_pick_overlap_counts_shared_picks_per_epoch():
+    from icml26.uds.claim import pick_overlap
+
+    # 2 epochs, 3 picks each: index 5 shared in epoch 0; index 1 picked by b only in epoch 0
+    a = [5, 1, 2, 7, 8, 9]
+    b = [5, 3, 4, 1, 8, 0]
+    assert pick_overlap(a, b, epochs=2) == (2, 6)  # (0, 5) and (1, 8)
+    assert pick_overlap(a, a, epochs=2) == (6, 6)
 
 
 def test_cli_sft_writes_adapter_that_reloads(tmp_path):

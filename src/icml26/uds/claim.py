@@ -15,7 +15,19 @@ Options (``--opt key=value``): ``model`` (``smollm2`` (small's default), a path 
 or ``scratch`` for the from-scratch tiny Llama; tiny defaults to scratch), ``lrs`` (the LR grid,
 comma-separated), ``pool`` (LM pool size, default 256), ``budgets`` (comma-separated, must include 0.25), ``dup``/``noise`` (share of repeated templates / random responses in the LM
 pool; default 0), ``alpha`` (UDS weight, default 2.5e-3), ``seeds`` (count), ``threads`` (torch
-threads for the runs; default 1, which is faster on a busy 2-core box), ``no_cache=1``.
+threads for the runs; default 1, which is faster on a busy 2-core box), ``no_cache=1``,
+``control_family`` (the family the single-source control prefers; default the pool's first).
+
+Budgets and power checks. UDS prefers long responses, so at an equal *example* budget it trains
+on more tokens than Random; the record's ``budgets`` has the trained (loss-bearing response)
+tokens and all tokens (prompt + response) per arm at the headline budget, and a token-matched
+Random row (``random-tokens``: random candidates of the same windows until it has trained on as
+many response tokens as UDS, spread evenly over the steps) is run. Control: a single-source
+selection (``single-source``: each window's candidates of one family first, random within, the
+rest only to fill the K) against Random at the same budget: selection must move held-out loss.
+Floor: the model before fine-tuning. Degeneracy: the share of UDS's picks that Random also picks
+(same windows, same epoch). The headline's interval is the clustered bootstrap over seeds, then
+held-out examples (paired per seed), of the ratio of summed held-out NLL (= the per-token ratio).
 """
 
 from __future__ import annotations
@@ -37,7 +49,10 @@ from icml26.uds.loop import TrainConfig, encode, evaluate, train_online
 from icml26.uds.selectors import UDSSelector, make_selector
 
 BASELINES = ("random", "maxloss", "gradnorm")
-CACHE_VERSION = 3
+CONTROL_ARMS = ("random-tokens", "single-source")  # token-matched Random; the positive control
+BASE_SYSTEM = "no fine-tuning (model before SFT)"
+RESPONSE_TOKENS = "response tokens trained (the tokens the loss trains on)"
+CACHE_VERSION = 4
 # The code that produced a cached run is part of its key: edits to the method (or to the core
 # pieces it trains with) never reuse stale runs.
 _CODE = source_fingerprint("icml26.uds", "icml26.core.lm", "icml26.core.text")
@@ -121,6 +136,57 @@ def scale_for(ctx: RunContext) -> Scale:
     return sc
 
 
+class TokenMatchedRandom:
+    """Random selection that keeps taking random candidates of each window until the run has
+    trained on ``total_tokens`` loss-bearing tokens, the target spread evenly over ``n_steps``
+    steps (at least one pick per step; the total overshoots by at most one example)."""
+
+    def __init__(self, seed: int, total_tokens: float, n_steps: int):
+        self.generator = torch.Generator().manual_seed(seed)
+        self.total, self.n_steps = float(total_tokens), max(1, n_steps)
+        self.step, self.used = 0, 0
+
+    def select(self, model, batch: dict, k: int) -> torch.LongTensor:
+        n = batch["input_ids"].shape[0]
+        tokens = (batch["labels"] != -100).sum(1).tolist()
+        target = self.total * min(1.0, (self.step + 1) / self.n_steps)
+        take: list[int] = []
+        for i in torch.randperm(n, generator=self.generator).tolist():
+            if take and self.used >= target:
+                break
+            take.append(i)
+            self.used += int(tokens[i])
+        self.step += 1
+        return torch.tensor(sorted(take), dtype=torch.long)
+
+    def observe(self, chosen) -> None:
+        pass
+
+
+class SingleSource:
+    """The positive control: of each window keep the candidates of one family (random order
+    within), filling the K with random others only when the window has fewer than K of it."""
+
+    def __init__(self, seed: int, family_of: dict[tuple, str], family: str):
+        self.generator = torch.Generator().manual_seed(seed)
+        self.family_of, self.family = family_of, family
+
+    def select(self, model, batch: dict, k: int) -> torch.LongTensor:
+        from icml26.uds.selectors import top_k
+
+        ids, att = batch["input_ids"], batch["attention_mask"].bool()
+        mine = torch.tensor(
+            [self.family_of.get(tuple(ids[i][att[i]].tolist())) == self.family
+             for i in range(ids.shape[0])],
+            dtype=torch.float64,
+        )  # fmt: skip
+        return top_k(mine + 0.5 * torch.rand(len(mine), generator=self.generator,
+                                             dtype=torch.float64), k)  # fmt: skip
+
+    def observe(self, chosen) -> None:
+        pass
+
+
 def _load(sc: Scale, seed: int, device: str):
     if sc.lm is None:
         model, tok = tiny_llama(sc.hidden, sc.layers, sc.heads, max_len=sc.max_len + 8, seed=seed)
@@ -171,6 +237,7 @@ def _run_arm(
     device: str,
     ctx,
     use_cache: bool,
+    extra: dict | None = None,
 ) -> dict:
     # the grid-level fields (which budgets, seeds, LRs are run) do not change one arm's run, so a
     # smaller re-run (fewer seeds, one LR) reuses the cached arms
@@ -180,7 +247,7 @@ def _run_arm(
         if k not in ("budgets", "ablation_budget", "seeds", "lrs")
     }
     key = json.dumps(
-        [CACHE_VERSION, _CODE, setting, arm, budget, seed, lr, alpha],
+        [CACHE_VERSION, _CODE, setting, arm, budget, seed, lr, alpha, extra or {}],
         sort_keys=True,
         default=str,
     )
@@ -199,13 +266,31 @@ def _run_arm(
             f"{len(pool) - len(enc)} pool and {len(test) - len(enc_test)} held-out examples lost "
             f"their response to the {sc.max_len}-token cutoff"
         )
-    selector = (
-        None
-        if arm == "full"
-        else make_selector(arm, seed=seed, max_len=sc.max_len, alpha=alpha)
-        if arm.startswith("uds")
-        else make_selector(arm, seed=seed)
-    )
+    extra = extra or {}
+    if arm == "base":  # the floor: the model before fine-tuning, on the same held-out set
+        ev = evaluate(
+            model, enc_test, tok.pad_token_id, answer_labels=answer_labels(tok, test, enc_test)
+        )
+        rec = {"arm": arm, "budget": 0.0, "seed": seed, "test_loss": ev.loss,
+               "exact_match": ev.exact_match, "answer_match": ev.answer_match,
+               "test_nll": _summed_nll(ev, enc_test)}  # fmt: skip
+        atomic_write_json(path, rec)
+        return rec
+    if arm == "random-tokens":
+        n_steps = -(-len(enc) // sc.candidates) * sc.epochs
+        selector = TokenMatchedRandom(seed, extra["tokens"], n_steps)
+    elif arm == "single-source":
+        family_of = {
+            tuple(e.input_ids): ex.source.removeprefix("dup:")
+            for e, ex in zip(enc, pool, strict=True)
+        }
+        selector = SingleSource(seed, family_of, extra["family"])
+    elif arm == "full":
+        selector = None
+    elif arm.startswith("uds"):
+        selector = make_selector(arm, seed=seed, max_len=sc.max_len, alpha=alpha)
+    else:
+        selector = make_selector(arm, seed=seed)
     cfg = TrainConfig(
         lr=lr,
         candidates=sc.candidates,
@@ -246,6 +331,10 @@ def _run_arm(
             f: sum(p.source.removeprefix("dup:") == f for p in pool) / len(pool) for f in fams
         },
         "frac_repeat_prompt": 1 - len({p.prompt for p in picks}) / len(picks),
+        "n_tokens": sum(len(enc[i].input_ids) for i in log.selected),
+        "n_loss_tokens": sum(sum(x != -100 for x in enc[i].labels) for i in log.selected),
+        "selected": list(log.selected),
+        "test_nll": _summed_nll(ev, enc_test),
         "time_scoring_s": log.time_scoring_s,
         "time_training_s": log.time_training_s,
         "steps": log.steps,
@@ -262,6 +351,28 @@ def _run_arm(
         rec["alpha_inter_std"] = alpha * statistics.pstdev(st.inter[len(st.inter) // 10 :] or [0.0])
     atomic_write_json(path, rec)
     return rec
+
+
+def _summed_nll(ev, enc_test) -> list[float]:
+    """Per held-out example, its summed NLL over the labelled tokens (the per-token mean times the
+    count): summing these over examples gives the per-token loss's numerator."""
+    return [
+        float(loss) * sum(x != -100 for x in e.labels)
+        for loss, e in zip(ev.per_example_loss, enc_test, strict=True)
+    ]
+
+
+def pick_overlap(a: list[int], b: list[int], epochs: int) -> tuple[int, int]:
+    """``(shared, total)``: how many of run ``a``'s picks run ``b`` also picked in the same epoch
+    (each pool index is a candidate once per epoch; fixed-K runs pick ``len / epochs`` per
+    epoch)."""
+
+    def keyed(sel):
+        per = max(1, len(sel) // epochs)
+        return {(i // per, x) for i, x in enumerate(sel)}
+
+    ka = keyed(a)
+    return len(ka & keyed(b)), len(ka)
 
 
 def answer_labels(tok, examples, enc) -> list[list[int]]:
@@ -344,8 +455,8 @@ def run(ctx: RunContext) -> Result:
 def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: bool) -> Result:
     device = ctx.device
 
-    def arm(name, budget, seed, lr):
-        return _run_arm(sc, name, budget, seed, lr, alpha, device, ctx, use_cache)
+    def arm(name, budget, seed, lr, extra=None):
+        return _run_arm(sc, name, budget, seed, lr, alpha, device, ctx, use_cache, extra)
 
     # one LR for everyone: the best full-data validation loss (seed 0 of this run)
     if len(sc.lrs) > 1:
@@ -364,19 +475,82 @@ def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: 
         )
         arms += [(n, b) for n in names]
     runs = [arm(n, b, s, lr) for n, b in arms for s in seeds]
+    b0 = sc.ablation_budget
+    family = ctx.options.get("control_family") or sc.pool.families[0]
+    if family not in sc.pool.families:
+        raise UserError(
+            f"option control_family must be one of {', '.join(sc.pool.families)}; got {family!r}"
+        )
+    uds_tokens = {
+        r["seed"]: r["n_loss_tokens"] for r in runs if (r["arm"], r["budget"]) == ("uds", b0)
+    }
+    runs += [arm("random-tokens", b0, s, lr, {"tokens": uds_tokens[s]}) for s in seeds]
+    runs += [arm("single-source", b0, s, lr, {"family": family}) for s in seeds]
+    arms += [(n, b0) for n in CONTROL_ARMS]
+    base = [arm("base", 0.0, s, lr) for s in seeds]
 
+    from icml26.core.stats import budgets as budget_record
+    from icml26.core.stats import clustered_bootstrap
     from icml26.uds.report import figures, summarize
 
     rows = summarize(runs, arms)
+    for r in rows:
+        if r["selector"] == "single-source":
+            r["selector"] = f"single-source ({family})"
     by = {(r["arm"], r["budget"], r["seed"]): r for r in runs}
-    b0 = sc.ablation_budget
     best = min(
         BASELINES, key=lambda n: statistics.fmean(by[(n, b0, s)]["test_loss"] for s in seeds)
     )
     ratios = [by[("uds", b0, s)]["test_loss"] / by[(best, b0, s)]["test_loss"] for s in seeds]
-    value = statistics.fmean(by[("uds", b0, s)]["test_loss"] for s in seeds) / statistics.fmean(
-        by[(best, b0, s)]["test_loss"] for s in seeds
+    # seeds are the clusters (each seed draws its own pool, held-out set and init), then the
+    # held-out examples within a seed, paired between UDS and the best baseline
+    ci = clustered_bootstrap(
+        [by[("uds", b0, s)]["test_nll"] for s in seeds],
+        [by[(best, b0, s)]["test_nll"] for s in seeds],
+        statistic="ratio",
+        seed=ctx.seed,
     )
+    value = ci.value
+    for name, key in (
+        ("random-tokens", "random-tokens"),
+        (f"single-source ({family})", "single-source"),
+    ):
+        tm = clustered_bootstrap(
+            [by[("uds", b0, s)]["test_nll"] for s in seeds],
+            [by[(key, b0, s)]["test_nll"] for s in seeds],
+            statistic="ratio",
+            seed=ctx.seed,
+        )
+        rows.append(
+            {
+                "selector": f"UDS / {name}",
+                "budget": b0,
+                "held-out loss": None,
+                "ratio": round(tm.value, 4),
+                "ratio CI (seeds, then examples)": f"{tm.low:.4f}-{tm.high:.4f}",
+            }
+        )
+    base_loss = [r["test_loss"] for r in base]
+    rows.append(
+        {
+            "selector": BASE_SYSTEM,
+            "budget": 0.0,
+            "held-out loss": round(statistics.fmean(base_loss), 4),
+            "loss min-max": f"{min(base_loss):.4f}-{max(base_loss):.4f}",
+            "exact match": round(statistics.fmean(r["exact_match"] for r in base), 4),
+            "seeds": len(base),
+        }
+    )
+    head_arms = [*BASELINES, "uds", *CONTROL_ARMS]
+    tokens = {
+        RESPONSE_TOKENS: budget_record(
+            {a: statistics.fmean(by[(a, b0, s)]["n_loss_tokens"] for s in seeds) for a in head_arms}
+        ),
+        "all tokens trained (prompt + response)": budget_record(
+            {a: statistics.fmean(by[(a, b0, s)]["n_tokens"] for s in seeds) for a in head_arms}
+        ),
+    }
+    checks = _power_checks(by, seeds, b0, family, base_loss, sc.epochs)
     figs = figures(runs, arms, ctx.out_dir)
     cost = step_cost(sc, seeds[0], lr, alpha, device)
     rows.append(
@@ -426,8 +600,20 @@ def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: 
             if val
             else f"one LR ({lr:g}), fixed (a single LR was given, so none was tuned)."
         ),
-        f"Headline: mean held-out loss of UDS / best baseline ({best}) at budget {b0:g}; spread: min-max of the "
-        f"per-seed ratios over {len(seeds)} seeds.",
+        f"Headline: held-out loss of UDS / best baseline ({best}) at budget {b0:g} (summed NLL over "
+        f"the held-out tokens of {len(seeds)} seeds, i.e. the per-token ratio); interval: clustered "
+        f"bootstrap, seeds then held-out examples (paired), 95%; per-seed ratios "
+        f"{', '.join(f'{x:.3f}' for x in ratios)}.",
+        "Budgets: at an equal example budget the arms train on different token counts (UDS picks "
+        "long responses); response tokens trained, relative to the arm with the fewest: "
+        + "; ".join(f"{a} {tokens[RESPONSE_TOKENS]['ratio_to_min'][a]:.2f}x" for a in head_arms)
+        + " (record: budgets, also all tokens). 'random-tokens' is Random "
+        "that keeps taking random candidates of the same windows until it has trained on as many "
+        "response tokens as UDS (same steps, more examples per step): the token-matched row.",
+        f"Power checks: control = single-source selection (each window's {family} candidates "
+        "first, random others only to fill K) against Random at the same example budget; floor = "
+        "the model before fine-tuning on the same held-out set; degeneracy = UDS's picks that "
+        "Random also picks in the same window (chance: the budget fraction).",
         f"UDS alpha={alpha:g} (official default), FJLT 8x128, FIFO 1024, selection over the whole optimizer-step "
         "window (scope='step'; the official code selects per micro-batch).",
         f"Per-step CPU time UDS@{b0:g} / full, scoring included: {cost['uds'] / cost['full']:.2f} (median of 5 "
@@ -440,10 +626,62 @@ def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: 
             f"held-out loss UDS / {best} at {b0:.0%}",
             value,
             "x",
-            (min(ratios), max(ratios)),
+            ci.spread,
             higher_is_better=False,
         ),
         target=1.0,
         notes=notes,
         figures=figs,
+        power=checks,
+        budgets=tokens,
     )
+
+
+def _power_checks(by, seeds, b0, family, base_loss, epochs) -> list:
+    """Control: Random vs the single-source selection (held-out loss, min-max over seeds);
+    floor: the model before fine-tuning; degeneracy: UDS's picks not shared with Random."""
+    from icml26.core import power
+
+    def losses(a):
+        return [by[(a, b0, s)]["test_loss"] for s in seeds]
+
+    def rng(x):
+        return (min(x), max(x))
+
+    rnd, one = losses("random"), losses("single-source")
+    control = power.control(
+        "random",
+        statistics.fmean(rnd),
+        f"single-source ({family})",
+        statistics.fmean(one),
+        spread=rng(rnd),
+        null_spread=rng(one),
+        higher_is_better=False,
+        metric=f"held-out loss at {b0:g} (min-max over seeds)",
+        name="positive control: selection moves held-out loss",
+    )
+    compared = {a: statistics.fmean(losses(a)) for a in (*BASELINES, "uds")}
+    floor = power.floor(
+        compared,
+        BASE_SYSTEM,
+        statistics.fmean(base_loss),
+        spreads={a: rng(losses(a)) for a in compared},
+        floor_spread=rng(base_loss),
+        higher_is_better=False,
+        metric="held-out loss",
+    )
+    shared = total = 0
+    for s in seeds:
+        sh, tot = pick_overlap(
+            by[("uds", b0, s)]["selected"], by[("random", b0, s)]["selected"], epochs
+        )
+        shared, total = shared + sh, total + tot
+    degeneracy = power.degeneracy(
+        ("uds", "random"),
+        total - shared,
+        total,
+        min_differing=max(1, round(0.1 * total)),
+        what=f"UDS picks (not also picked by Random; {shared / max(total, 1):.0%} shared, chance "
+        f"{b0:.0%})",
+    )
+    return [control, floor, degeneracy]
