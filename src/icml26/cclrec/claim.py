@@ -69,7 +69,8 @@ ABLATIONS = (
     "CCLRec CL on ID",
     "CCLRec CL on semantics",
 )
-TINY_SYSTEMS = ("MostPop", "LightGCN", "CCLRec")
+# tiny keeps the equal-weight arm: the degeneracy check (does the weighting change anything?)
+TINY_SYSTEMS = ("MostPop", "LightGCN", "CCLRec", "CCLRec w±=1")
 # ``--opt retune=1``: the same number of trials (3) for every trained system, on seed 0, best
 # validation NDCG@20 wins. LightGCN: its learning rate; SGL / SimGCL: the contrastive weight (the
 # papers' 0.1 / 0.2 first, then the smaller weights that dense MovieLens needs: RecBole-GNN's
@@ -505,7 +506,76 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
         target=TARGET,
         notes=notes,
         figures=figs,
+        power=power_checks(
+            {n: [x["ndcg@20"] for x in res[n]] for n in names}, [*present, method], method
+        ),
     )
+
+
+EQUAL = "CCLRec w±=1"
+
+
+def power_checks(ndcg: dict[str, list[float]], compared: list[str], method: str) -> list:
+    """Control, floor and degeneracy from per-seed test NDCG@20 (``{system: [per seed]}``).
+
+    Control: LightGCN above MostPop beyond both seed ranges (min/max). Floor: MostPop; some
+    compared system (the method or a baseline) must lie above its seed range. Degeneracy: does the
+    consensus weighting change the score? CCLRec's and the equal-weight arm's seed ranges must be
+    disjoint (1 of 1 "decision"); overlapping ranges = the weights score the same as none.
+    """
+    from icml26.core import power
+
+    def rng(n):
+        return (min(ndcg[n]), max(ndcg[n]))
+
+    def mean(n):
+        return float(np.mean(ndcg[n]))
+
+    checks = []
+    if "LightGCN" in ndcg and "MostPop" in ndcg:
+        checks.append(
+            power.control(
+                "LightGCN",
+                mean("LightGCN"),
+                "MostPop",
+                mean("MostPop"),
+                spread=rng("LightGCN"),
+                null_spread=rng("MostPop"),
+                metric="test NDCG@20 (seed range)",
+            )
+        )
+    else:
+        checks.append(power.not_measured("control", "LightGCN or MostPop not among the systems"))
+    if "MostPop" in ndcg:
+        checks.append(
+            power.floor(
+                {n: mean(n) for n in compared},
+                "MostPop",
+                mean("MostPop"),
+                spreads={n: rng(n) for n in compared},
+                floor_spread=rng("MostPop"),
+                metric="test NDCG@20",
+            )
+        )
+    else:
+        checks.append(power.not_measured("floor", "MostPop not among the systems"))
+    if EQUAL in ndcg and method in ndcg and method != EQUAL:
+        (a_lo, a_hi), (b_lo, b_hi) = rng(method), rng(EQUAL)
+        disjoint = a_hi < b_lo or b_hi < a_lo
+        checks.append(
+            power.degeneracy(
+                (method, EQUAL),
+                int(disjoint),
+                1,
+                what=(
+                    f"test NDCG@20 seed ranges disjoint ({method} [{a_lo:.4f}, {a_hi:.4f}] vs "
+                    f"{EQUAL} [{b_lo:.4f}, {b_hi:.4f}], {len(ndcg[method])} seeds)"
+                ),
+            )
+        )
+    else:
+        checks.append(power.not_measured("degeneracy", f"{EQUAL} not among the systems"))
+    return checks
 
 
 def run(ctx: RunContext) -> Result:
