@@ -41,7 +41,7 @@ def test_seed_averaged_counts_and_parameters():
     assert floor_reason(b, a, 50, min_correct=4.6, chance_mult=1.0) is not None
 
 
-def test_runner_turns_the_reason_into_inconclusive(tmp_path):
+def test_runner_turns_the_reason_into_uninformative(tmp_path):
     b, a = _hits(1, 105), _hits(0, 105)
 
     def run(ctx):  # a headline far above target, but both arms at the floor
@@ -49,4 +49,57 @@ def test_runner_turns_the_reason_into_inconclusive(tmp_path):
                       target=1.0, uninformative=floor_reason(b, a, 50))
 
     rec = run_claim(Claim("floor", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
-    assert rec["verdict"] == "inconclusive" and "floor" in rec["uninformative"]
+    assert rec["verdict"] == "uninformative" and "floor" in rec["uninformative"]
+
+
+def test_constant_label_floor_is_the_most_frequent_training_answer():
+    from icml26.cyberpal.report import constant_labels
+
+    train = [41] * 5 + [20] * 3 + [59] * 3 + [7] * 5  # 41 and 7 tie: lowest id wins
+    ood = [[20], [20, 59], [287], [20]]
+    const, name, hind, hname = constant_labels(train, ood)
+    assert const == 7 and "CWE-7 " in name and "5 records" in name
+    assert hind == 20 and "hindsight" in hname  # best on the test set: a reference, not the floor
+
+
+def _per_cve(**arms):
+    return {k: {"ood": np.asarray(v, dtype=float)} for k, v in arms.items()}
+
+
+def test_floor_fails_when_both_arms_are_at_or_below_the_constant_label():
+    """The issue's case: both SFT arms at or below always answering one label -> uninformative."""
+    from icml26.core.claims import verdict_for
+    from icml26.cyberpal.report import ARM_NAMES, NN, power_checks
+
+    n = 20
+    const = "constant CWE-20 (most frequent training answer, 25 records)"
+    texts = {("A", 0): {"texts": {"ood": ["CWE-20"] * n}},
+             ("B", 0): {"texts": {"ood": ["CWE-79"] * 10 + ["CWE-20"] * 10}}}
+    per = _per_cve(**{ARM_NAMES["A"]: [_hits(2, n)], ARM_NAMES["B"]: [_hits(1, n)],
+                      const: [_hits(2, n)], NN: [_hits(12, n)]})
+    checks = {c.kind: c for c in power_checks(per, texts, ["A", "B"], [0], const, 0)}
+    assert checks["floor"].passed is False
+    assert checks["control"].passed is True  # MiniLM 0.6 vs constant 0.1: the task is doable
+    assert checks["degeneracy"].passed is True and checks["degeneracy"].values["differing"] == 10
+    v, why = verdict_for(Measure("B / A", 0.6, "x", (0.2, 0.9)), 1.0,
+                         power=list(checks.values()))
+    assert v.value == "uninformative" and "floor" in why
+    # one arm above the floor's CVE-bootstrap interval: the floor passes
+    per[ARM_NAMES["A"]]["ood"] = np.asarray([_hits(9, n)])
+    assert {c.kind: c for c in power_checks(per, texts, ["A", "B"], [0], const, 0)}[
+        "floor"].passed is True
+
+
+def test_seed_then_cve_ci_is_the_smoothed_ratio_and_wider_when_seeds_disagree():
+    from icml26.core.torchutil import bootstrap_ci
+    from icml26.cyberpal.report import seed_cve_ci
+
+    n = 105
+    b = np.stack([_hits(5, n), _hits(1, n)])  # seed 0: B ahead; seed 1: A far ahead
+    a = np.stack([_hits(3, n), _hits(15, n)])
+    ci = seed_cve_ci(b, a, seed=0)
+    assert ci.value == pytest.approx(_ratio(b.mean(0), a.mean(0)))
+    assert ci.n_clusters == 2
+    cve_only = bootstrap_ci(_ratio, b.mean(0), a.mean(0), seed=0)
+    assert ci.high - ci.low > cve_only[1] - cve_only[0]
+    assert ci.high > 1.0  # seed 0 alone reads 1.57x: the CI must reach it

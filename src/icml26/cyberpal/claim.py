@@ -5,7 +5,7 @@ Arms, all trained from the same base on the *same* CVE records, epochs, lr and s
 (C) reasoning written by the base LM from the same facts, kept only where verified (dropped when
 under ``c_min_keep`` of traces pass). No-training baselines: the base model zero- and 3-shot, and
 MiniLM nearest CWE definition. Headline: OOD any-gold accuracy B / A (per-CVE correctness
-averaged over seeds; ratio of sums + 0.5 each), with a paired bootstrap 95% CI over CVEs.
+averaged over seeds; ratio of sums + 0.5 each), with a 95% CI over seeds, then CVEs.
 
 Options (``--opt key=value``): ``model`` (HF folder / .gguf; default packaged SmolLM2, tiny:
 a from-scratch tiny_llama), ``dtype`` (weights; default fp32 with bf16 autocast for training,
@@ -15,10 +15,16 @@ worker: several processes with the same options and their own ``--out`` can spli
 ``merge=DIR1,DIR2`` copies the finished units of such workers (same configuration) into this
 run's memo first, so a run without ``units`` only scores what the workers computed.
 
-Floor rule: when both A and B are "at the floor" on OOD (fewer than ``floor_correct`` CVEs right,
-default 5, or accuracy under ``floor_chance`` x uniform chance over the labels, default 2), the
-result is marked uninformative (verdict inconclusive, reason recorded): +0.5 smoothing turns 1 vs 0
-right into 3x. See :func:`icml26.cyberpal.report.floor_reason`.
+Power checks (issue 31): floor = always answering the most frequent answer of the training
+records (a constant label); control = MiniLM nearest definition against that constant label;
+degeneracy = OOD predictions that differ between A and B. The headline CI resamples seeds, then
+CVEs (:func:`icml26.core.stats.clustered_bootstrap`). ``token_matched`` (default 1 at tiny, 0 at
+small: CPU time) adds arm A trained for as many epochs as match B's assistant tokens.
+
+Near-zero rule: when both A and B are "at the floor" on OOD (fewer than ``floor_correct`` CVEs
+right, default 5, or accuracy under ``floor_chance`` x uniform chance over the labels, default 2),
+the result is marked uninformative (reason recorded): +0.5 smoothing turns 1 vs 0 right into 3x.
+See :func:`icml26.cyberpal.report.floor_reason`.
 """
 
 from __future__ import annotations
@@ -159,11 +165,18 @@ def run(ctx: RunContext) -> Result:
                "B": (b_recs, fmt.system, S["max_new"][1])}
     if arm_c:  # C is trained on its own verified traces, A-sized budget not matched: noted
         systems["C"] = (c_kept, fmt.system, S["max_new"][1])
+    # B's traces are ~4x A's answers in tokens: the token-matched plain arm trains A's records
+    # for as many epochs as it takes to see B's assistant tokens (on at tiny; at small an option)
+    epochs = {arm: S["epochs"] for arm in systems}
+    tok_ratio = trained_tokens(tok, b_recs) / max(1, trained_tokens(tok, a_recs))
+    if ctx.options.get("token_matched", "1" if ctx.scale == "tiny" else "0") == "1":
+        systems["Atok"] = systems["A"]
+        epochs["Atok"] = max(1, round(S["epochs"] * tok_ratio))
 
     def unit(arm, seed):
         recs, system, max_new = systems[arm]
         m = copy.deepcopy(model)
-        cfg = SFTConfig(epochs=S["epochs"], lr=S["lr"], batch_size=S["batch"], seed=seed,
+        cfg = SFTConfig(epochs=epochs[arm], lr=S["lr"], batch_size=S["batch"], seed=seed,
                         max_len=1024)
         t = time.perf_counter()
         m, st = sft(m, tok, recs, cfg, device=device, progress=ctx.progress)
@@ -173,7 +186,7 @@ def run(ctx: RunContext) -> Result:
         res = {"texts": texts, "train_s": train_s, "eval_s": time.perf_counter() - t,
                "tokens_trained": st.tokens_trained, "tokens_seen": st.tokens_seen,
                "tok_per_s": st.tokens_per_s, "loss_first": st.losses[0], "loss_last": st.losses[-1]}
-        if seed == S["seeds"][0]:
+        if seed == S["seeds"][0] and arm != "Atok":  # rank / MCQ: the compared arms only
             em = copy.deepcopy(m).to(eval_dtype)
             res["rank"] = _rank(em, tok, system, prompts["ood"][: S["n_rank"]], splits.labels, cwe)
             res["mcq"] = _mcq(em, tok, cwe, attack, S["n_mcq"])
@@ -208,7 +221,17 @@ def run(ctx: RunContext) -> Result:
                         results=results, base0=base0, base3=base3, nn=nn, arms=list(systems),
                         b_report=b_report, c_report=c_report, c_share=c_share, arm_c=arm_c,
                         decon=decon, n_b=len(b_recs), data_s=data_s, lm_s=lm_s,
-                        total_s=time.perf_counter() - t_start, target=TARGET)
+                        total_s=time.perf_counter() - t_start, target=TARGET,
+                        train_answers=[int(r["meta"]["facts"]["answer"]) for r in b_recs],
+                        epochs=epochs, tok_ratio=tok_ratio)
+
+
+def trained_tokens(tok, records) -> int:
+    """Assistant tokens with a loss in one epoch over ``records`` (as :func:`sft` counts them:
+    the assistant turn and its end-of-turn marker, from the second position on)."""
+    from icml26.cyberpal.train import encode_chat
+
+    return sum(int(sum(encode_chat(tok, r["messages"])[1][1:])) for r in records)
 
 
 def merge_memos(memo: Memo, sources: list[str], scale: str) -> int:

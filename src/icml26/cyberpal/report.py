@@ -6,14 +6,18 @@ from collections import Counter
 
 import numpy as np
 
+from icml26.core import power
 from icml26.core.claims import Measure, Result
 from icml26.core.plots import pyplot, save_figure
+from icml26.core.stats import budgets, clustered_bootstrap, item_bootstrap
 from icml26.core.torchutil import bootstrap_ci
 from icml26.cyberpal.evaluate import parse_cwe, score_cwe
 from icml26.cyberpal.verify import CHECKS
 
 ARM_NAMES = {"A": "(A) plain SFT", "B": "(B) template-grounded CoT SFT",
-             "C": "(C) LM-written CoT SFT, verified"}
+             "C": "(C) LM-written CoT SFT, verified",
+             "Atok": "(A) plain SFT, token-matched to B"}
+NN = "MiniLM nearest definition (no training)"
 LENGTH_BINS = ((0, 6), (7, 14), (15, 10_000))
 
 
@@ -56,7 +60,7 @@ def _fmt(vals) -> str:
 
 def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base3, nn, arms,
                  b_report, c_report, c_share, arm_c, decon, n_b, data_s, lm_s, total_s,
-                 target) -> Result:
+                 target, train_answers=(), epochs=None, tok_ratio=None) -> Result:
     seeds = S["seeds"]
     lengths = {k: np.array([len(p.description.split()) for p in getattr(
         splits, "id_test" if k == "id" else "ood_test")]) for k in ("id", "ood")}
@@ -98,11 +102,16 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
              "MCQ easy": _fmt([mcq0.get("easy", np.nan)]), "tokens trained": 0})
     add_row(f"base {label}, 3-shot", [base3], False, {"tokens trained": 0})
     nn_runs = {"texts": {k: [f"CWE-{v[0]}" for v in nn[k]] for k in nn}}
-    add_row("MiniLM nearest definition (no training)", [nn_runs], False, {"tokens trained": 0})
+    add_row(NN, [nn_runs], False, {"tokens trained": 0})
+    const, const_name, hind, hind_name = constant_labels(train_answers, golds["ood"])
+    for lab, name in ((const, const_name), (hind, hind_name)):
+        if lab is not None:
+            texts = {k: [f"CWE-{lab}: {cwe[lab].name}"] * len(golds[k]) for k in ("id", "ood")}
+            add_row(name, [{"texts": texts}], False, {"tokens trained": 0})
     for arm in arms:
         runs = [results[(arm, s)] for s in seeds]
         first = runs[0]
-        add_row(ARM_NAMES[arm], runs, arm != "A", {
+        add_row(ARM_NAMES[arm], runs, arm not in ("A", "Atok"), {
             "rank OOD": _fmt([rank_acc(first)]),
             "MCQ hard": _fmt([first.get("mcq", {}).get("hard", np.nan)]),
             "MCQ easy": _fmt([first.get("mcq", {}).get("easy", np.nan)]),
@@ -113,7 +122,13 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
     a_ood = per_cve[ARM_NAMES["A"]]["ood"].mean(0)
     b_ood = per_cve[ARM_NAMES["B"]]["ood"].mean(0)
     value = _ratio(b_ood, a_ood)
-    spread = bootstrap_ci(_ratio, b_ood, a_ood, seed=ctx.seed)
+    cve_only = bootstrap_ci(_ratio, b_ood, a_ood, seed=ctx.seed)
+    ci = seed_cve_ci(per_cve[ARM_NAMES["B"]]["ood"], per_cve[ARM_NAMES["A"]]["ood"], ctx.seed)
+    spread = ci.spread
+    checks = power_checks(per_cve, results, arms, seeds, const_name, ctx.seed)
+    tokens = {ARM_NAMES[a]: float(np.mean([results[(a, s)]["tokens_trained"] for s in seeds]))
+              for a in arms}
+    budget = budgets(tokens, unit="assistant tokens trained (mean over seeds)")
     b_id = per_cve[ARM_NAMES["B"]]["id"].mean(0)
     a_id = per_cve[ARM_NAMES["A"]]["id"].mean(0)
 
@@ -127,8 +142,21 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
         f"{len(splits.id_test)} CVEs, OOD test {len(splits.ood_test)} CVEs (years >= 2017).",
         "CWE ids in descriptions are masked ('[CWE]'); splits are by CVE id, a CVE never in two.",
         f"Headline: OOD any-gold accuracy B / A, per-CVE correctness averaged over seeds "
-        f"{seeds}, (sum_B + 0.5) / (sum_A + 0.5); 95% paired bootstrap over CVEs. ID ratio: "
+        f"{seeds}, (sum_B + 0.5) / (sum_A + 0.5); 95% CI resampling seeds, then CVEs within "
+        f"them (clustered bootstrap, {ci.n_clusters} seed(s)); the CVE-only bootstrap of the "
+        f"seed means, as before, gives [{cve_only[0]:.3f}, {cve_only[1]:.3f}]. ID ratio: "
         f"{_ratio(b_id, a_id):.3f}.",
+        f"Power checks: floor = {const_name} (the most frequent answer of the training "
+        f"records); control = MiniLM nearest definition against it; degeneracy = OOD predictions "
+        f"that differ between A and B. Best single label on the OOD test in hindsight: "
+        f"{hind_name} (a reference row, not the floor: it is chosen on the test set).",
+        "Budgets: " + ", ".join(f"{k} {v:,.0f}" for k, v in tokens.items())
+        + f" assistant tokens (B / A {tokens[ARM_NAMES['B']] / max(1, tokens[ARM_NAMES['A']]):.2f}"
+        + "x; records, epochs and lr are shared, not tokens). "
+        + (f"The token-matched plain arm trains A's records {epochs['Atok']} epoch(s) "
+           f"(B / A tokens per epoch {tok_ratio:.2f})." if "Atok" in arms else
+           "No token-matched plain arm in this run (--opt token_matched=1 adds it: A's records "
+           f"for round({S['epochs']} x {tok_ratio or 0:.2f}) epochs)."),
         "Cells 'm [lo, hi]' are means with min/max over seeds; rank and MCQ use the first seed.",
         f"Strict = accuracy on CVEs with exactly one CWE; hierarchy gives 0.5 for a view-1000 "
         f"parent/child. Rank OOD: log-prob ranking of the {S['n_cwes']} labels on the first "
@@ -163,7 +191,69 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
         notes.insert(0, "UNINFORMATIVE: " + uninformative)
     return Result(rows=rows, headline=Measure("OOD CVE->CWE any-gold accuracy, B / A", value,
                                               "x", spread, higher_is_better=True),
-                  target=target, notes=notes, figures=figs, uninformative=uninformative)
+                  target=target, notes=notes, figures=figs, uninformative=uninformative,
+                  power=checks, budgets=budget)
+
+
+def constant_labels(train_answers, ood_golds) -> tuple:
+    """(label, row name) of the floor, the most frequent training answer (ties: lowest id), and of
+    the best single label on the OOD test in hindsight (ties: the more frequent in training)."""
+    if not len(train_answers):
+        return None, None, None, None
+    freq = Counter(int(a) for a in train_answers)
+    const = min(freq, key=lambda c: (-freq[c], c))
+    hits = Counter(c for g in ood_golds for c in set(g))
+    hind = min(hits, key=lambda c: (-hits[c], -freq.get(c, 0), c)) if hits else None
+    return (const, f"constant CWE-{const} (most frequent training answer, {freq[const]} records)",
+            hind, None if hind is None else
+            f"constant CWE-{hind} (best single label on the OOD test, hindsight)")
+
+
+def seed_cve_ci(b, a, seed: int):
+    """95% CI of the headline ratio, resampling seeds (clusters), then CVEs within each. ``b``,
+    ``a``: (seeds, CVEs) correctness. Each item gets 0.5 / n_CVEs, so that every replicate is
+    (sum_B / seeds + 0.5) / (sum_A / seeds + 0.5), the headline's smoothed ratio, exactly."""
+    b, a = np.asarray(b, dtype=float), np.asarray(a, dtype=float)
+    eps = 0.5 / b.shape[1]
+    return clustered_bootstrap(list(b + eps), list(a + eps), statistic="ratio", seed=seed)
+
+
+def power_checks(per_cve, results, arms, seeds, const_name, seed) -> list:
+    """Floor, control and degeneracy on OOD any-gold accuracy (see the claims index)."""
+    def acc(name):
+        v = per_cve[name]["ood"]
+        return float(v.mean()), item_bootstrap(v.mean(0), statistic="mean", seed=seed).spread
+
+    if const_name is None:
+        return [power.not_measured("floor", "no training answers"),
+                power.not_measured("control", "no training answers"),
+                _degeneracy(results, seeds)]
+    c_val, c_ci = acc(const_name)
+    trained = {ARM_NAMES[a]: acc(ARM_NAMES[a]) for a in arms}
+    nn_val, nn_ci = acc(NN)
+    return [
+        power.floor({k: v[0] for k, v in trained.items()}, const_name, c_val,
+                    spreads={k: (min(r), max(r)) for k, r in _seed_ranges(per_cve, trained).items()},
+                    floor_spread=c_ci, metric="OOD any-gold accuracy"),
+        power.control(NN, nn_val, const_name, c_val, spread=nn_ci, null_spread=c_ci,
+                      metric="OOD any-gold accuracy"),
+        _degeneracy(results, seeds),
+    ]
+
+
+def _seed_ranges(per_cve, names):
+    return {n: per_cve[n]["ood"].mean(1).tolist() for n in names}
+
+
+def _degeneracy(results, seeds):
+    differ = total = 0
+    for s in seeds:
+        pa = [parse_cwe(t) for t in results[("A", s)]["texts"]["ood"]]
+        pb = [parse_cwe(t) for t in results[("B", s)]["texts"]["ood"]]
+        differ += sum(x != y for x, y in zip(pa, pb, strict=True))
+        total += len(pa)
+    return power.degeneracy((ARM_NAMES["A"], ARM_NAMES["B"]), differ, total,
+                            what=f"OOD predictions (CWE parsed from the answer, {len(seeds)} seed(s))")
 
 
 def _fig_acc(ctx, per_cve):
