@@ -220,8 +220,8 @@ def majority_answers(qs, n_scenes: int = 500, seed: int = TRAIN_QA_SEED) -> np.n
 def power_checks(full, results, answers, majority, k0: int, seed: int = 0):
     """Power checks at keep ``k0``, per reducer base (DivPrune, VisionZip-like).
 
-    control: full tokens against the base alone (the reduction must lose accuracy, intervals
-    apart); floor: the majority answer per question type (training QA), which a base or a
+    control: full tokens against the base alone (the reduction must lose accuracy: the paired
+    ratio accuracy(full) / accuracy(base) over questions, its CI above 1); floor: the majority answer per question type (training QA), which a base or a
     base + RESTORE must beat; degeneracy: questions whose answer RESTORE changes relative to its
     base alone. Per-base ratio rows carry each base's own CI (questions of one build)."""
     from icml26.core import power
@@ -231,23 +231,24 @@ def power_checks(full, results, answers, majority, k0: int, seed: int = 0):
         ci = item_bootstrap(np.asarray(c, float), seed=seed, statistic="mean")
         return ci.value, ci.spread
 
-    f_v, f_s = acc(full)
     m_v, m_s = acc(majority)
     checks, rows, notes = [], [], []
     compared = {}
     for b in BASES:
         base, rest = results[(k0, b)], results[(k0, f"{b}+restore")]
-        b_v, b_s = acc(base)
-        compared[b], compared[f"{b}+restore"] = b_v, float(np.mean(rest))
-        checks.append(power.control("full", f_v, b, b_v, spread=f_s, null_spread=b_s,
-                                    metric=f"accuracy at keep {k0}", name=f"positive control ({b})"))
+        compared[b], compared[f"{b}+restore"] = float(np.mean(base)), float(np.mean(rest))
+        loss = item_bootstrap(np.asarray(full, float), base.astype(float), statistic="ratio", seed=seed)
+        checks.append(power.control("full", loss.value, b, 1.0, spread=loss.spread,
+                                    metric=f"accuracy(full) / accuracy(x) at keep {k0}, paired over questions",
+                                    name=f"positive control ({b})"))
         changed = int((answers[(k0, b)] != answers[(k0, f"{b}+restore")]).sum())
         checks.append(power.degeneracy((f"{b}+restore", b), changed, len(base), what="answers",
                                        name=f"degeneracy ({b})"))
         r = item_bootstrap(rest.astype(float), base.astype(float), statistic="ratio", seed=seed)
         rows.append({"system": f"per base: {b}+restore / {b}", "keep": k0, "accuracy ratio": round(r.value, 4),
                      "95% CI (questions, one build)": f"[{r.low:.4f}, {r.high:.4f}]",
-                     "answers changed": changed, "of": len(base)})
+                     "answers changed": changed, "of": len(base),
+                     "full / base (control)": f"{loss.value:.4f} [{loss.low:.4f}, {loss.high:.4f}]"})
         notes.append(f"{b} at keep {k0}: +RESTORE / base accuracy {r.value:.3f} [{r.low:.3f}, {r.high:.3f}] "
                      f"(questions of one build); {changed} of {len(base)} answers changed")
     checks.insert(len(BASES) * 2, power.floor(compared, MAJORITY, m_v, floor_spread=m_s,
