@@ -8,14 +8,24 @@ from icml26.core.errors import UserError
 
 def test_tiny_claim(tmp_path):
     # Runs on the packaged BIG-bench excerpt: no download or index needed, so CI exercises it.
-    from icml26.corrsteer.claim import run
+    from icml26.claims_index import get
+    from icml26.corrsteer.claim import CONTROL_NAME, FLOOR_NAME, run
 
-    rec = run_claim(Claim("corrsteer", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
+    spec = get("corrsteer").power
+    rec = run_claim(Claim("corrsteer", "p", "s", "f", run=run, power=spec), scale="tiny", out_root=tmp_path)
     assert rec["verdict"] != "error", rec.get("error")
     rows = {r["system"]: r for r in rec["rows"]}
     assert {"unsteered", "CorrSteer-S", "CorrSteer-A", "CorrSteer-P", "raw-mode P",
-            "mean-difference (CAA)", "random feature #1"} <= set(rows)
-    assert rows["unsteered"]["Δacc pp"] == 0
+            "mean-difference (CAA)", "random feature #1", CONTROL_NAME, FLOOR_NAME} <= set(rows)
+    assert rows["unsteered"]["Δacc pp"] == 0 and rows["unsteered"]["changed answers"] == 0
+    checks = {c["kind"]: c for c in rec["power"]["checks"]}
+    assert list(checks) == list(spec.kinds)
+    assert all(c["passed"] in (True, False, None) for c in checks.values())
+    assert checks["degeneracy"]["values"]["differing"] == rows["CorrSteer-P"]["changed answers"]
+    assert checks["control"]["values"][CONTROL_NAME] == pytest.approx(
+        100 * rows[CONTROL_NAME]["changed answers"] / checks["degeneracy"]["values"]["total"])
+    if rows["CorrSteer-P"]["changed answers"] == 0:
+        assert rec["verdict"] == "uninformative"
     assert all(r["task"] == "MMLU stand-in" for r in rec["rows"])
     lo, hi = rec["headline"]["spread"]
     assert lo <= rec["headline"]["value"] <= hi
@@ -73,3 +83,28 @@ def test_sft_units_are_memoised_and_stale_locks_do_not_block(tmp_path, monkeypat
     assert calls == [0, 1]  # computed once per seed, then read back from sft_bbq.json
     for a, b in zip(first, again, strict=True):
         assert a["base"].dtype == bool and np.array_equal(a["sft"], b["sft"])
+
+
+def test_power_checks_flag_a_null_intervention():
+    import numpy as np
+
+    from icml26.corrsteer.claim import CONTROL_NAME, FLOOR_NAME, power_checks
+
+    names = ["unsteered", "CorrSteer-S", "CorrSteer-A", "CorrSteer-P", "raw-mode P", "mean-difference (CAA)",
+             "random feature #1", CONTROL_NAME]
+    rng = np.random.default_rng(0)
+    runs = []
+    for seed in range(3):
+        base = rng.integers(0, 4, 100)
+        pred = np.stack([base] * 7 + [(base + 1) % 4])  # only the control changes answers
+        gold = rng.integers(0, 4, 100)
+        runs.append({"seed": seed, "names": names, "pred": pred, "test": pred == gold,
+                     "majority_test": gold == 0, "majority_letter": 0})
+    P = {"part": "mmlu", "name": "MMLU stand-in", "runs": runs}
+    checks = {c.kind: c for c in power_checks(P, n_boot=300)}
+    assert checks["degeneracy"].passed is False and checks["degeneracy"].values["differing"] == 0
+    assert checks["control"].passed is True and checks["control"].values[CONTROL_NAME] == 100.0
+    assert FLOOR_NAME in checks["floor"].systems
+    # the refusal part has no letters: every check is not measured
+    refusal = power_checks({"part": "refusal", "name": "Refusal", "runs": runs})
+    assert [c.passed for c in refusal] == [None, None, None]

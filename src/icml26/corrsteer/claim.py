@@ -36,12 +36,14 @@ from pathlib import Path
 
 import numpy as np
 
+from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
 from icml26.core.lm import load_lm
+from icml26.core.stats import clustered_bootstrap
 from icml26.core.torchutil import bootstrap_ci, check_device, parse_dtype
-from icml26.corrsteer.experiment import Splits, run_seed, sft_baseline, unsteered_pass
+from icml26.corrsteer.experiment import CONTROL_NAME, Splits, run_seed, sft_baseline, unsteered_pass
 from icml26.corrsteer.sae import load_sae
 from icml26.corrsteer.sft import SFTConfig
 from icml26.corrsteer.stage import sae_stage
@@ -58,6 +60,7 @@ TINY_FIXTURE = Path(__file__).parent / "data" / "tiny_items.json"
 BBQ_PREFIX = "bbq_lite_json/"
 PART_NAMES = {"mmlu": "MMLU stand-in", "bbq": "BBQ", "refusal": "Refusal (HarmBench)"}
 SFT_PARTS = ("mmlu", "bbq")
+FLOOR_NAME = "majority training letter (floor)"
 
 
 def _settings(ctx: RunContext, n_layers: int) -> dict:
@@ -358,6 +361,19 @@ def _rows(ctx, P: dict) -> list[dict]:
 
     runs, name = P["runs"], P["name"]
     rows = paired_rows(runs, name, lambda d: bootstrap_ci(lambda x: 100 * float(x.mean()), d, seed=ctx.seed))
+    with_pred = [r for r in runs if "pred" in r]
+    for row in rows:  # answers changed vs unsteered (any letter, not only right/wrong flips)
+        k = with_pred[0]["names"].index(row["system"]) if with_pred else None
+        if k is not None:
+            row["changed answers"] = int(sum((r["pred"][k] != r["pred"][0]).sum() for r in with_pred))
+    if with_pred:
+        maj = [r["majority_test"] for r in with_pred]
+        rows.append({
+            "task": name, "system": FLOOR_NAME,
+            "test acc %": round(100 * float(np.mean([m.mean() for m in maj])), 2),
+            "features": "train letters' mode per seed: " + ", ".join(
+                "ABCDEFGH"[r["majority_letter"]] for r in with_pred),
+        })
     if P["sft"]:
         sft = P["sft"]
         diff = np.concatenate([x["sft"].astype(float) - x["base"] for x in sft])
@@ -380,6 +396,33 @@ def _rows(ctx, P: dict) -> list[dict]:
                          f"vs fp32 reference {100 * float(np.mean([x['base'].mean() for x in sft])):.2f}%"),
         })
     return rows
+
+
+def power_checks(P: dict, seed: int = 0, n_boot: int = 2000) -> list:
+    """Degeneracy (answers CorrSteer-P changes vs unsteered), positive control (answers the
+    residual-norm CAA changes) and floor (the majority training letter) on an MCQ part."""
+    runs = [r for r in P["runs"] if "pred" in r and "CorrSteer-P" in r["names"]]
+    if P["part"] == "refusal" or not runs:
+        why = ("the headline part is the refusal part, which has no letter answers"
+               if P["part"] == "refusal" else "no split seed could be steered")
+        return [power.not_measured(k, why) for k in ("control", "floor", "degeneracy")]
+    names = runs[0]["names"]
+    p, c = names.index("CorrSteer-P"), names.index(CONTROL_NAME)
+    total = int(sum(r["pred"].shape[1] for r in runs))
+    changed = clustered_bootstrap([100.0 * (r["pred"][c] != r["pred"][0]) for r in runs],
+                                  statistic="mean", n_boot=n_boot, seed=seed)
+    acc = {n: 100 * float(np.mean([r["test"][names.index(n)].mean() for r in runs]))
+           for n in ("unsteered", "CorrSteer-P", "mean-difference (CAA)")}
+    maj = clustered_bootstrap([100.0 * r["majority_test"] for r in runs], statistic="mean",
+                              n_boot=n_boot, seed=seed)
+    return [
+        power.control(CONTROL_NAME, changed.value, "unsteered", 0.0, spread=changed.spread,
+                      null_spread=(0.0, 0.0), metric=f"{P['name']} test answers changed vs unsteered (%)"),
+        power.floor(acc, FLOOR_NAME, maj.value, floor_spread=maj.spread, metric=f"{P['name']} test accuracy %"),
+        power.degeneracy(("CorrSteer-P", "unsteered"),
+                         int(sum((r["pred"][p] != r["pred"][0]).sum() for r in runs)), total,
+                         what=f"{P['name']} test answers"),
+    ]
 
 
 def _refusal_notes(P: dict, S: dict) -> list[str]:
@@ -446,7 +489,10 @@ def _result(ctx, parts, sae_metrics, sae_seconds, S) -> Result:
     if usable:
         head = np.concatenate([r["test"][r["names"].index("CorrSteer-P")].astype(float) - r["test"][0]
                                for r in usable])
-        ci = bootstrap_ci(lambda d: 100 * float(d.mean()), head, seed=ctx.seed)
+        # clustered: split seeds first, then test items within them (paired P vs unsteered)
+        ci = clustered_bootstrap([100.0 * r["test"][r["names"].index("CorrSteer-P")] for r in usable],
+                                 [100.0 * r["test"][0] for r in usable], statistic="diff",
+                                 seed=ctx.seed).spread
     else:  # every seed degenerate (constant training rewards): nothing was steered
         head, ci = np.zeros(1), (0.0, 0.0)
         uninformative = (f"{main['name']}: the training rewards are constant on every split seed, so no "
@@ -463,7 +509,8 @@ def _result(ctx, parts, sae_metrics, sae_seconds, S) -> Result:
         "parts": [{"part": P["part"], "tasks": P["tasks"], "probe": P["probe"], "seconds": P["seconds"],
                    "items_per_task": P["items_per_task"],
                    **{k: P[k] for k in ("base_refused", "benign_refused", "n_benign", "base_examples") if k in P},
-                   "runs": [{k: v for k, v in r.items() if k not in ("test", "test_idx", "benign")}
+                   "runs": [{k: v for k, v in r.items()
+                             if k not in ("test", "test_idx", "benign", "pred", "majority_test")}
                             for r in P["runs"]],
                    "sft": [{k: v for k, v in x.items() if k not in ("test_idx", "base", "sft")}
                            for x in P["sft"]]} for P in parts]})
@@ -482,7 +529,12 @@ def _result(ctx, parts, sae_metrics, sae_seconds, S) -> Result:
           if ctx.scale == "tiny" and "mmlu" in S["parts"] else []),
         *[n for P in parts for n in _part_notes(P, S)],
         f"Headline on the {main['name']} part.",
-        "Spread: paired bootstrap 95% CI over (item, seed) pairs; SER = #worse/(#better+#worse) vs unsteered "
+        "Headline spread: 95% clustered bootstrap, split seeds then test items (paired CorrSteer-P vs "
+        "unsteered); table rows' CIs: paired bootstrap over (item, seed) pairs. "
+        f"Power checks on the {main['name']} part: degeneracy = test answers (letters) CorrSteer-P changes vs "
+        f"unsteered; positive control = {CONTROL_NAME} (the CAA direction scaled to the mean norm of the train "
+        "residual at its layer, untuned), answers it changes; floor = always answering the most frequent "
+        "training letter. SER = #worse/(#better+#worse) vs unsteered "
         "(SFT: vs the same float32 weights before training, bf16 autocast for both).",
         *(["Not run: the HarmBench refusal task and over-refusal (--opt parts=...,refusal; see "
            "docs/corrsteer.md)."] if "refusal" not in S["parts"] else []),
@@ -490,7 +542,8 @@ def _result(ctx, parts, sae_metrics, sae_seconds, S) -> Result:
     what = "Δrefusal" if main["part"] == "refusal" else "Δaccuracy"
     return Result(rows=rows, headline=Measure(f"CorrSteer-P {what} vs unsteered ({main['name']})",
                                               100 * float(head.mean()), "pp", ci, higher_is_better=True),
-                  target=TARGET, notes=notes, figures=figs, uninformative=uninformative)
+                  target=TARGET, notes=notes, figures=figs, uninformative=uninformative,
+                  power=power_checks(main, seed=ctx.seed))
 
 
 if __name__ == "__main__":  # python -m icml26.corrsteer.claim small /tmp/out key=value ...: SFT units

@@ -22,7 +22,11 @@ from icml26.corrsteer.correlate import CorrelationAccumulator, check_rewards
 from icml26.corrsteer.mcqsteer import encode_items, letter_token_ids, score_item
 from icml26.corrsteer.steer import Feature, select, side_effect_ratio, steering_deltas
 
-__all__ = ["Splits", "ItemPass", "unsteered_pass", "score_systems", "run_seed", "sft_baseline"]
+__all__ = ["Splits", "ItemPass", "unsteered_pass", "score_systems", "run_seed", "sft_baseline",
+           "CONTROL_NAME"]
+
+#: the positive control's row name (CAA direction at the train residual's own norm)
+CONTROL_NAME = "CAA at residual-norm strength (positive control)"
 
 
 @dataclass(frozen=True)
@@ -82,20 +86,23 @@ def unsteered_pass(model, tok, items, layers, progress=None, keep_cache: bool = 
 
 
 def score_systems(model, data: ItemPass, idx, systems: list[list[Feature]], progress=None,
-                  desc: str = "score") -> np.ndarray:
-    """Correctness ``(n_systems, len(idx))`` of each feature list on items ``idx``."""
+                  desc: str = "score", return_pred: bool = False):
+    """Correctness ``(n_systems, len(idx))`` of each feature list on items ``idx`` (and, with
+    ``return_pred``, the predicted letter index of each, same shape)."""
     d = model.config.hidden_size
     per = [steering_deltas(s) for s in systems]
     layers = sorted({L for p in per for L in p})
     deltas = {L: torch.stack([p.get(L, torch.zeros(d, dtype=torch.float64)) for p in per]) for L in layers}
     out = np.zeros((len(systems), len(idx)), dtype=bool)
+    pred = np.zeros((len(systems), len(idx)), dtype=np.int64)
     it = list(enumerate(idx))
     it = it if progress is None else progress.track(it, len(it), desc)
     for j, i in it:
         logits, _ = score_item(model, data.ids[i], data.letters, deltas, n_rows=len(systems),
                                prefix_cache=None if data.caches is None else data.caches[i])
         out[:, j] = _correct(logits, data.items[i])
-    return out
+        pred[:, j] = logits[:, :len(data.items[i].choices)].argmax(-1).numpy()
+    return (out, pred) if return_pred else out
 
 
 def _accs(codes: dict[int, torch.Tensor], y: np.ndarray) -> dict[int, CorrelationAccumulator]:
@@ -126,12 +133,23 @@ def run_seed(model, data: ItemPass, saes: dict, splits: Splits, seed: int, *, n_
     train_resid = {L: data.resid[L][tr] for L in data.resid}
     sys_caa, caa_strength, caa_val, randoms = baseline_systems(
         train_resid, y, sys_s, sys_p, codes, w_dec, validate, caa_strengths, n_random, seed)
+    # positive control: the CAA direction at the norm of the train residual itself (not tuned,
+    # far above the validated strengths): large enough to change answers if steering can at all
+    control = [Feature(f.layer, -1, float(train_resid[f.layer].double().norm(dim=1).mean())
+                       / max(float(f.direction.double().norm()), 1e-12), 0.0, f.direction, "caa")
+               for f in sys_caa]
     names = ["unsteered", "CorrSteer-S", "CorrSteer-A", "CorrSteer-P", "raw-mode P",
-             "mean-difference (CAA)"] + [f"random feature #{k + 1}" for k in range(n_random)]
-    systems = [[], sys_s, sys_a, sys_p, sys_raw, sys_caa] + randoms
-    test = score_systems(model, data, te, systems, progress, f"test (seed {seed})")
+             "mean-difference (CAA)"] + [f"random feature #{k + 1}" for k in range(n_random)] \
+        + [CONTROL_NAME]
+    systems = [[], sys_s, sys_a, sys_p, sys_raw, sys_caa] + randoms + [control]
+    test, pred = score_systems(model, data, te, systems, progress, f"test (seed {seed})",
+                               return_pred=True)
+    train_letters = np.array([data.items[i].answer for i in tr])
+    majority = int(np.bincount(train_letters).argmax())
     return {
-        "seed": seed, "names": names, "test": test, "test_idx": te,
+        "seed": seed, "names": names, "test": test, "test_idx": te, "pred": pred,
+        "majority_letter": majority,
+        "majority_test": np.array([majority in data.items[i].gold for i in te]),
         "features": {n: [f.to_dict() for f in s] for n, s in zip(names, systems, strict=True)},
         "p_info": info_p, "raw_info": info_raw, "caa_strength": caa_strength,
         "caa_val": caa_val, "top_r": {L: np.sort(np.abs(a.corr()))[::-1][:10].tolist() for L, a in accs.items()},

@@ -20,6 +20,7 @@ def _ci(text: str) -> tuple[float, float]:
 def claim_figure(path: Path, parts: list[dict], rows: list[dict], sae_metrics: dict) -> Path:
     """``parts``: the claim's task parts (each with ``name`` and ``runs``); ``rows``: its table."""
     plt = pyplot()
+    rows = [r for r in rows if "Δacc pp" in r]  # system rows (not the majority-letter floor)
     n_sys = sum(1 for r in rows if r["system"] != "unsteered")
     fig, ax = plt.subplots(2, 2, figsize=(13, max(8, 4 + 0.22 * n_sys)))
     a = ax[0, 0]
