@@ -3,8 +3,14 @@ matches or beats the transform baselines (SmoothQuant, randomized Hadamard, QuaR
 
 Headline: W4A4 perplexity of CAT (block 64) / the best of {SmoothQuant a=0.5, Hadamard, QuaRot}
 (those in the run), perplexity
-averaged (geometric mean) over calibration seeds; spread = 95% bootstrap over test windows (paired
-across arms) and seeds. Target: < 1.0.
+averaged (geometric mean) over calibration seeds; spread = 95% two-stage bootstrap: calibration
+seeds first, then test windows within each drawn seed (windows paired across arms). Target: < 1.0.
+
+Power checks: the positive control is the unquantized model against W4A4 RTN with no transform
+(quantization must hurt beyond both perplexities' window-bootstrap CIs, or there is no error for a
+transform to remove); the floor is an add-one unigram of the train split scored on the same test
+positions (CAT or a transform baseline must beat it). No degeneracy check: each transform is a
+different fixed map.
 
 Options (``--opt key=value``): ``model`` (HF folder or .gguf; default packaged SmolLM2),
 ``dtype`` (bf16), ``seq_len`` (512), ``block`` (64), ``damp`` (1e-3), ``seeds`` (number of
@@ -22,14 +28,18 @@ import numpy as np
 
 from icml26.cat.model import build_transforms, collect_covariances, fake_quantize, layer_sqnr
 from icml26.cat.quarot import quarot_layer_transforms, quarot_rotate_
+from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.lm import load_lm
 from icml26.core.plots import pyplot, save_figure
+from icml26.core.sanity import unigram_window_nll
 from icml26.core.text import calibration_batches, perplexity, token_blocks, token_ids
-from icml26.core.torchutil import check_device, parse_dtype
+from icml26.core.torchutil import bootstrap_ci, check_device, parse_dtype
 
 TARGET = 1.0
 BASELINES = ("smoothquant", "hadamard", "quarot")
+FP = "FP (no quantization)"
+UNIGRAM = "unigram, add-one (train split)"
 
 
 def _arm_spec(arm: str, block: int) -> tuple[str, dict]:
@@ -43,20 +53,47 @@ def _arm_spec(arm: str, block: int) -> tuple[str, dict]:
     }[arm]
 
 
-def _headline(nll: dict[str, np.ndarray], n: np.ndarray, cat: str, seed: int):
+def _headline(nll: dict[str, np.ndarray], n: np.ndarray, cat: str, seed: int, n_boot: int = 2000):
     """nll[arm]: (seeds, windows) summed nats. Ratio ppl(cat)/min ppl(baselines), and a 95%
-    bootstrap CI resampling seeds and windows (windows paired across arms)."""
-
-    def stat(s_idx, w_idx):
-        ntok = n[w_idx].sum()
-        mean = {a: v[np.ix_(s_idx, w_idx)].sum(1).mean() / ntok for a, v in nll.items()}
-        return math.exp(mean[cat] - min(mean[b] for b in BASELINES if b in mean))
-
+    clustered bootstrap CI: each replicate draws calibration seeds with replacement, then test
+    windows with replacement within each drawn seed (the same draws for every arm: paired), and
+    takes the best baseline on the drawn items."""
     k, w = nll[cat].shape
-    value = stat(np.arange(k), np.arange(w))
+    base = [b for b in BASELINES if b in nll]
+
+    def ratio(sums: dict[str, np.ndarray], ntok) -> np.ndarray:
+        return np.exp(sums[cat] / ntok - np.min([sums[b] / ntok for b in base], axis=0))
+
+    value = float(ratio({a: v.sum() for a, v in nll.items()}, k * n.sum()))
     rng = np.random.default_rng(seed)
-    boots = [stat(rng.integers(0, k, k), rng.integers(0, w, w)) for _ in range(1000)]
+    seeds = rng.integers(0, k, (n_boot, k))  # drawn clusters (calibration seeds)
+    wins = rng.integers(0, w, (n_boot, k, w))  # drawn windows within each drawn seed
+    ntok = n[wins].sum(axis=(1, 2))
+    boots = ratio({a: v[seeds[..., None], wins].sum(axis=(1, 2)) for a, v in nll.items()}, ntok)
     return value, (float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975)))
+
+
+def _ppl_ci(nll: np.ndarray, n: np.ndarray, seed: int) -> tuple[float, float]:
+    """95% bootstrap CI over windows of exp(sum nll / sum n)."""
+    return bootstrap_ci(lambda a, b: float(np.exp(a.sum() / b.sum())), nll, n, seed=seed)
+
+
+def power_checks(fp_nll: np.ndarray, a4: dict[str, np.ndarray], uni_nll: np.ndarray,
+                 n: np.ndarray, cat: str, seed: int) -> list:
+    """control: FP against W4A4 RTN (seed 0's run: RTN is deterministic), each with its window
+    bootstrap CI; floor: the unigram against CAT and the transform baselines (geometric-mean
+    perplexity over seeds)."""
+    rtn = a4["rtn"][0]
+    control = power.control(
+        FP, math.exp(fp_nll.sum() / n.sum()), "rtn", math.exp(rtn.sum() / n.sum()),
+        spread=_ppl_ci(fp_nll, n, seed), null_spread=_ppl_ci(rtn, n, seed),
+        higher_is_better=False, metric="test perplexity (W4A4 RTN vs unquantized)",
+        name="unquantized vs W4A4 RTN")
+    systems = {a: math.exp(a4[a].sum(1).mean() / n.sum()) for a in (cat, *BASELINES) if a in a4}
+    floor = power.floor(systems, UNIGRAM, math.exp(uni_nll.sum() / n.sum()),
+                        floor_spread=_ppl_ci(uni_nll, n, seed), higher_is_better=False,
+                        metric="W4A4 test perplexity")
+    return [control, floor]
 
 
 def run(ctx: RunContext) -> Result:
@@ -143,6 +180,12 @@ def run(ctx: RunContext) -> Result:
     a4 = {a: np.stack(v) for a, v in nll4.items()}
     a8 = {a: np.stack(v) for a, v in nll8.items() if v}
     value, spread = _headline(a4, n_win, cat, ctx.seed)
+    train = token_ids(tok, "train")
+    vocab = max(len(tok), int(test.max()) + 1, int(train.max()) + 1)
+    uni_nll, uni_n = unigram_window_nll(train, test, vocab, seq_len)
+    if not np.array_equal(uni_n, n_win):
+        raise RuntimeError("the unigram and the models must score the same test positions")
+    checks = power_checks(np.array(fp.window_nll), a4, uni_nll, n_win, cat, ctx.seed)
 
     def ppls(v):  # per-seed perplexities
         return [math.exp(s.sum() / n_win.sum()) for s in v]
@@ -155,7 +198,9 @@ def run(ctx: RunContext) -> Result:
             for k in ("measured_db", "predicted_db", "concentration_db", "alignment_db")
         }
     had_by_layer = {x["layer"]: x["measured_db"] for x in sqnr_rows if x["arm"] == "hadamard"}
-    rows = [{"system": "FP (no quantization)", "bits": "bf16", "perplexity": round(fp.ppl, 3)}]
+    rows = [{"system": FP, "bits": "bf16", "perplexity": round(fp.ppl, 3)},
+            {"system": UNIGRAM, "bits": "-",
+             "perplexity": round(math.exp(uni_nll.sum() / n_win.sum()), 3)}]
     for bits, arr in (("W4A4", a4), ("W4A8", a8)):
         for arm, v in arr.items():
             p = ppls(v)
@@ -203,6 +248,11 @@ def run(ctx: RunContext) -> Result:
         "keys/values are not quantized here). 'hadamard' is the layer-local rotation.",
         "The CAT closed form is reconstructed from the abstract (full text unavailable): see "
         "docs/cat.md. SpinQuant and FlatQuant (learned transforms) are not implemented.",
+        f"Headline spread: two-stage bootstrap over the {len(seeds)} calibration seed(s), then the "
+        f"{len(n_win)} test windows within each drawn seed"
+        + ("." if len(seeds) > 1 else "; with one seed, calibration variance is absent from it.")
+        + " Power checks: control = FP vs W4A4 RTN (window-bootstrap CIs); floor = an add-one "
+        "unigram of the train split on the same test positions.",
     ]
     worst = min(math.exp(v.sum() / len(v) / n_win.sum()) for v in a4.values())
     if worst > 5 * fp.ppl:
@@ -219,6 +269,7 @@ def run(ctx: RunContext) -> Result:
         target=TARGET,
         notes=notes,
         figures=figs,
+        power=checks,
     )
 
 
