@@ -24,7 +24,8 @@ from icml26.echo.policies import AR, AdaptiveChain, DenseDynamic, Echo, Policy, 
 from icml26.echo.prompts import echo_prompts
 from icml26.echo.replay import ReplaySet, make_groups, replay_positions
 
-__all__ = ["ExperimentConfig", "chat_ids", "greedy_continuations", "run_experiment", "live_decoding", "BASELINES"]
+__all__ = ["ExperimentConfig", "chat_ids", "greedy_continuations", "run_experiment", "live_decoding", "BASELINES",
+           "ORACLE", "oracle_chain", "tree_differences"]
 
 BASELINES = ("StaticTree", "StaticTree-SGLang", "DenseDynamic", "AdaptiveChain")
 
@@ -111,8 +112,30 @@ def _policies(cfg: ExperimentConfig, cal, topk: int | None = None) -> list[Polic
     ]
 
 
-def _simulate(rs: ReplaySet, pol: Policy, groups, k_max: int, cost: SpecCost):
-    """Per-iteration (tokens, seconds, verified, requests) arrays for one policy."""
+ORACLE = "Oracle draft (acceptance 1)"
+
+
+def oracle_chain(depth: int, b: int, k_max: int, cost: SpecCost) -> dict:
+    """The positive control: a draft that is always right (acceptance 1). Each of ``b`` requests
+    verifies a chain of its share of ``k_max`` (split evenly, at most ``depth`` + 1 tokens, root
+    included) and emits all of it; the draft runs one node per draft step. Modelled tokens/s."""
+    sizes = [min(depth + 1, k_max // b + (1 if i < k_max % b else 0)) for i in range(b)]
+    sec = cost.draft_time([[1] * (k - 1) for k in sizes]) + cost.verify_time(sizes)
+    return {"MAT": sum(sizes) / b, "mean K_i": sum(sizes) / b, "verified/accepted": 1.0,
+            "tokens/s (modelled)": sum(sizes) / sec}
+
+
+def tree_differences(a: list, b: list) -> int:
+    """Request slots (same iteration, same request) whose tree records differ between two
+    policies: records are (accepted, K_i, draft nodes per step)."""
+    if len(a) != len(b):
+        raise ValueError(f"tree records of different lengths: {len(a)} vs {len(b)}")
+    return sum(x != y for x, y in zip(a, b, strict=True))
+
+
+def _simulate(rs: ReplaySet, pol: Policy, groups, k_max: int, cost: SpecCost, keep: list | None = None):
+    """Per-iteration (tokens, seconds, verified, requests) arrays for one policy; ``keep`` (a list)
+    collects each request slot's tree record (accepted, K_i, draft nodes per step)."""
     tok, sec, ver, n = [], [], [], []
     if isinstance(pol, AR):
         for g in groups:
@@ -122,6 +145,8 @@ def _simulate(rs: ReplaySet, pol: Policy, groups, k_max: int, cost: SpecCost):
             n.append(len(g))
     else:
         for r in rs.run(pol, groups, k_max):
+            if keep is not None:
+                keep += [[a, k, list(e)] for a, k, e in zip(r.accepted, r.sizes, r.expanded, strict=True)]
             tok.append(sum(r.accepted))
             sec.append(cost.draft_time(r.expanded) + cost.verify_time(r.sizes))
             ver.append(sum(r.sizes))
@@ -168,7 +193,7 @@ def run_experiment(model, tok, cfg: ExperimentConfig, cost: SpecCost | None = No
     conf, acc = gate_statistics(rs, calib, cfg.topk, cfg.depth)
     cal = calibrate_gates(conf, acc, cfg.auc_min, cfg.max_gates)
     eval_samples = [s for i in eval_prompts for s in by_prompt[i]]
-    rows, knees = [], {}
+    rows, knees, trees = [], {}, {}
     it = cfg.batch_sizes
     if progress is not None:
         it = progress.track(it, total=len(it), description="echo: replay policies")
@@ -182,18 +207,22 @@ def run_experiment(model, tok, cfg: ExperimentConfig, cost: SpecCost | None = No
         pols = _policies(cfg, cal, topk)
         ar_tps = None
         for pol in pols:
-            tk, sec, ver, n = _simulate(rs, pol, groups, k_max, cost)
+            keep = trees.setdefault(pol.name, []) if b == cfg.headline_b and not isinstance(pol, AR) else None
+            tk, sec, ver, n = _simulate(rs, pol, groups, k_max, cost, keep)
             tps = tk.sum() / sec.sum()
             ar_tps = tps if isinstance(pol, AR) else ar_tps
             rows.append({"policy": pol.name, "B": b, "K_max": k_max, "beam top-k": getattr(pol, "topk", 1), "MAT": tk.sum() / n.sum(),
                          "mean K_i": ver.sum() / n.sum(), "verified/accepted": ver.sum() / tk.sum(),
                          "tokens/s (modelled)": tps, "speed-up vs AR": tps / ar_tps})
+        orc = oracle_chain(cfg.depth, b, k_max, cost)
+        rows.append({"policy": ORACLE, "B": b, "K_max": k_max, "beam top-k": 1, **orc,
+                     "speed-up vs AR": orc["tokens/s (modelled)"] / ar_tps})
     pols = _policies(cfg, cal, shared_topk(cfg.topk, max(cfg.headline_b, int(cost.knee(cfg.headline_b).k_max)),
                                            cfg.headline_b))
     boot = _bootstrap(rs, pols, by_prompt, eval_prompts, cfg, cost, progress)
     return {"config": asdict(cfg), "exit_layer": exit_layer, "agreement": agreement,
             "n_samples": len(eval_samples), "n_calib_samples": len(calib), "calibration": cal.to_dict(),
-            "knees": knees, "rows": rows, "bootstrap": boot,
+            "knees": knees, "rows": rows, "bootstrap": boot, "headline_trees": trees,
             "continuation_lengths": [len(c) for c in conts], "draft_nodes_run": rs.oracle.nodes_run}
 
 
