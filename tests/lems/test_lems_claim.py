@@ -4,19 +4,29 @@ import json
 
 import pytest
 
-from icml26.core.claims import Claim, run_claim
-from icml26.lems.claim import ARMS, TARGET, run
+from icml26 import claims_index
+from icml26.core.claims import run_claim
+from icml26.lems.claim import ARMS, RANDOM, TARGET, UNIFORM, UNIGRAM
 
 
 @pytest.mark.slow
 def test_tiny_claim_runs(tmp_path):
-    record = run_claim(Claim("lems", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path)
+    record = run_claim(claims_index.get("lems"), scale="tiny", out_root=tmp_path)
     assert record["error"] is None, record["error"]
-    assert record["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    assert record["verdict"] in ("reproduced", "not reproduced", "inconclusive", "uninformative")
     assert record["target"] == TARGET
     systems = {r["system"] for r in record["rows"]}
-    assert systems == {"dense"} | {a[0] for a in ARMS}
+    assert systems == {"dense", UNIGRAM} | {a[0] for a in ARMS}
+    checks = record["power"]["checks"]
+    assert [c["kind"] for c in checks] == list(claims_index.get("lems").power.kinds)
+    assert all(c["passed"] in (True, False, None) for c in checks)
+    control, floor, degen = checks
+    assert set(control["systems"]) == {RANDOM, UNIFORM}
+    assert floor["passed"] is True  # the compressed models beat a unigram by far
+    assert degen["values"]["total"] > 0
     for row in record["rows"][1:]:  # equal budgets: achieved within 0.5% below the target
+        if row["system"] == UNIGRAM:
+            continue
         assert row["target"] - 0.005 <= row["kept"] <= row["target"]
         assert row["perplexity"] > 0
     lo, hi = record["headline"]["spread"]

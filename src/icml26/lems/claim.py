@@ -5,7 +5,14 @@ linear weight parameters kept) and is scored by perplexity on the same Wikipedia
 dense; plain SVD, SVD-LLM, ASVD, FWSVD with uniform ranks; KFAC-SVD uniform and KFAC-SVD + LEMS
 with each left factor ("official" L_G, "transpose" L_G^T); SVD-LLM + LEMS. Headline:
 ppl(KFAC + LEMS) / ppl(KFAC uniform) at 60% kept (official left factor), with a 95% paired
-bootstrap CI over test windows. Target: < 0.90.
+bootstrap CI clustered over calibration seeds, then test windows. Target: < 0.90.
+
+Power checks: the positive control is a *random* per-layer rank allocation of the same KFAC
+factors at the same budget (the same knapsack, with a random importance per layer): it must move
+perplexity away from uniform ranks (either way) beyond its paired CI, or per-layer allocation
+cannot matter in this setup. The floor is an add-one unigram model of the train split, scored on
+the same test positions. Degeneracy: LEMS's ranks must differ from the uniform ranks in at least
+one layer.
 
 Options (``--opt key=value``): ``model`` (HF folder or .gguf; default packaged SmolLM2),
 ``dtype`` (model dtype for statistics, search and evaluation; default bf16; factorization always
@@ -28,17 +35,26 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
 from icml26.core.lm import cache_root, load_lm
 from icml26.core.plots import pyplot, save_figure
+from icml26.core.sanity import unigram_window_nll
+from icml26.core.stats import clustered_bootstrap
 from icml26.core.text import calibration_batches, perplexity, token_ids
 from icml26.core.torchutil import bootstrap_ci, check_device, parse_dtype
 from icml26.lems.export import apply_ranks_, count_linear_params
 from icml26.lems.factorize import factorize
-from icml26.lems.layers import block_list, target_layers
-from icml26.lems.lems import kept_fraction, uniform_ranks
+from icml26.lems.layers import TargetLayer, block_list, target_layers
+from icml26.lems.lems import (
+    LayerOptions,
+    candidate_ranks,
+    kept_fraction,
+    solve_knapsack,
+    uniform_ranks,
+)
 from icml26.lems.search import KLScorer, layer_sensitivities, lems_search, ranks_summary
 from icml26.lems.stats import collect_kfac_stats
 
@@ -55,7 +71,10 @@ ARMS = [
     ("KFAC-SVD (L_G^T), uniform", "kfac", "transpose", "uniform"),
     ("KFAC-SVD (L_G^T), LEMS", "kfac", "transpose", "lems"),
     ("SVD-LLM, LEMS", "svd_llm", "official", "lems"),
+    # the positive control, at the headline budget only
+    ("KFAC-SVD (L_G), random ranks", "kfac", "official", "random"),
 ]
+UNIGRAM = "unigram, add-one (train split)"
 
 
 def _settings(ctx: RunContext) -> dict:
@@ -138,6 +157,7 @@ def run_unit(ctx: RunContext) -> Result:
     windows = {"dense": np.array(dense.window_nll)}
     n_tok = np.array(dense.window_tokens)
     trials_log, heat = [], None
+    chosen: dict[str, dict] = {}  # allocator -> ranks of the headline decomposition and budget
     by_decomp: dict[tuple[str, str], list] = {}
     for arm in (a for a in ARMS if a[1] not in s["drop"]):
         by_decomp.setdefault((arm[1], arm[2]), []).append(arm)
@@ -152,8 +172,12 @@ def run_unit(ctx: RunContext) -> Result:
         for ratio in s["ratios"]:
             for arm_label, _, _, alloc in arms:
                 info = {}
+                if alloc == "random" and ratio != HEADLINE_RATIO:
+                    continue
                 if alloc == "uniform":
                     ranks = uniform_ranks(layers, ratio)
+                elif alloc == "random":
+                    ranks = random_ranks(layers, ratio, seed=ctx.seed)
                 else:
                     res = timed("LEMS search", lems_search, model, factors, layers, kls, ratio,
                                 scorer=scorer, trials=s["trials"], seed=42, progress=prog)
@@ -162,6 +186,8 @@ def run_unit(ctx: RunContext) -> Result:
                     trials_log += [dict(t, arm=arm_label, ratio=ratio) for t in res.trials]
                     if method == "kfac" and left == "official" and ratio == HEADLINE_RATIO:
                         heat = ranks_summary(layers, ranks)
+                if method == "kfac" and left == "official" and ratio == HEADLINE_RATIO:
+                    chosen[alloc] = ranks
                 m = copy.deepcopy(model)
                 apply_ranks_(m, factors, ranks)
                 res_ppl = ppl_of(m)
@@ -179,12 +205,21 @@ def run_unit(ctx: RunContext) -> Result:
     unif_w = windows[HEADLINE_UNIFORM]
     value = _ratio(lems_w, unif_w, n_tok)
     spread = bootstrap_ci(_ratio, lems_w, unif_w, n_tok, seed=ctx.seed)
+    # the floor: an add-one unigram of the train split on the same test positions
+    train_ids = token_ids(tok, "train")
+    vocab = max(len(tok), int(test_ids.max()) + 1, int(train_ids.max()) + 1)
+    uni_nll, uni_n = unigram_window_nll(train_ids, test_ids, vocab, s["eval_len"])
+    if not np.array_equal(uni_n, n_tok):
+        raise RuntimeError("the unigram and the models must score the same test positions")
+    windows[UNIGRAM] = uni_nll
+    differing = sum(chosen["lems"].get(n) != chosen["uniform"].get(n) for n in names)
     for row in rows:
         row["seed"] = ctx.seed
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"label": label, "layers": len(layers), "blocks": n_blocks, "last": last,
             "dtype": str(dtype).removeprefix("torch."), "settings": {**s, "ratios": s["ratios"]},
-            "seed": ctx.seed, "times": times, "wall": time.perf_counter() - t_start}
+            "seed": ctx.seed, "times": times, "wall": time.perf_counter() - t_start,
+            "ranks differing": {"differing": int(differing), "total": len(names)}}
     side = ctx.out_dir / "windows.json"
     atomic_write_json(side, {
         "meta": meta, "rows": rows, "n_tok": n_tok.tolist(),
@@ -200,6 +235,8 @@ def run_unit(ctx: RunContext) -> Result:
 HEADLINE_NAME = f"ppl(KFAC+LEMS) / ppl(KFAC uniform) at {HEADLINE_RATIO:.0%} kept"
 HEADLINE_LEMS = f"KFAC-SVD (L_G), LEMS @ {HEADLINE_RATIO}"
 HEADLINE_UNIFORM = f"KFAC-SVD (L_G), uniform @ {HEADLINE_RATIO}"
+LEMS, UNIFORM, RANDOM = "KFAC-SVD (L_G), LEMS", "KFAC-SVD (L_G), uniform", "KFAC-SVD (L_G), random ranks"
+HEADLINE_RANDOM = f"{RANDOM} @ {HEADLINE_RATIO}"
 
 
 def _ratio(a, b, n):
@@ -210,10 +247,77 @@ def _ratio(a, b, n):
     return float(np.exp(np.mean(diff)))
 
 
+def random_ranks(layers: list[TargetLayer], target: float, *, seed: int, multiple: int = 8,
+                 sigma: float = 1.0) -> dict[str, int | None]:
+    """A random allocation at the budget ``target`` (the positive control): LEMS's options (dense,
+    or a multiple-of-8 rank with r / r_eq in [lo, 0.95)) and knapsack, but each layer's error is
+    ``w_l * params_l * (1 - c)^2`` (c = kept fraction of the option) with a random importance
+    ``w_l ~ LogNormal(0, sigma)`` instead of a measured one. Kept fractions then spread over the
+    options as widely as LEMS's do, with no information about the layers."""
+    rng = np.random.default_rng(seed)
+    weights = rng.lognormal(0.0, sigma, len(layers))
+    opts = []
+    for lay, w in zip(layers, weights, strict=True):
+        ranks = candidate_ranks(lay, target, multiple=multiple)
+        cost = ranks * (lay.n_in + lay.n_out)
+        kept = cost / lay.params
+        opts.append(LayerOptions(
+            ranks=np.concatenate([[-1], ranks]),
+            cost=np.concatenate([[lay.params], cost]).astype(np.float64),
+            error=np.concatenate([[0.0], w * lay.params * (1.0 - kept) ** 2])))
+    picks = solve_knapsack(opts, target * sum(lay.params for lay in layers))
+    return {lay.name: (None if o.ranks[p] < 0 else int(o.ranks[p]))
+            for lay, o, p in zip(layers, opts, picks, strict=True)}
+
+
+def paired_ci(a: np.ndarray, b: np.ndarray, n_tok: np.ndarray, seed: int) -> tuple[float, float]:
+    """95% CI of the perplexity ratio ``_ratio(a, b, n_tok)`` (a, b: (windows, seeds) window NLL
+    sums): the clustered bootstrap over seeds, then windows within each drawn seed, of the
+    per-window NLL difference (scaled so that its mean is the per-token log ratio), joined with the
+    bootstrap over windows resampled jointly for all seeds (the test windows are shared by the
+    seeds, which a nested resampling alone would treat as independent)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim == 1:
+        a, b = a[:, None], b[:, None]
+    d = (a - b) / float(np.mean(n_tok))
+    cl = clustered_bootstrap([d[:, i] for i in range(d.shape[1])], statistic="mean", seed=seed)
+    lo, hi = bootstrap_ci(_ratio, a, b, n_tok, seed=seed)
+    return min(math.exp(cl.low), lo), max(math.exp(cl.high), hi)
+
+
+def power_checks(stack: dict[str, np.ndarray], n_tok: np.ndarray, differing: int, total: int,
+                 seed: int) -> list:
+    """The claim's power checks from the pooled per-window NLLs (``stack[key]``: (windows, seeds)).
+
+    control: the random allocation against uniform ranks at the headline budget; the ratio of
+    their perplexities must lie on one side of 1 (either: a random allocation may also beat
+    uniform), CI from :func:`paired_ci`. floor: the unigram's perplexity (window-bootstrap CI)
+    against LEMS and uniform. degeneracy: layers whose LEMS rank differs from the uniform rank."""
+    rnd, uni, lems = stack[HEADLINE_RANDOM], stack[HEADLINE_UNIFORM], stack[HEADLINE_LEMS]
+    ratio = _ratio(rnd, uni, n_tok)
+    ci = paired_ci(rnd, uni, n_tok, seed)
+    control = power.control(
+        RANDOM, ratio, UNIFORM, 1.0, spread=ci, higher_is_better=ratio > 1,
+        metric=f"ppl / ppl(uniform) at {HEADLINE_RATIO:.0%} kept (moved either way)",
+        name="random rank allocation vs uniform")
+
+    def ppl(x):  # geometric mean over seeds of exp(NLL / tokens)
+        x = np.asarray(x, dtype=np.float64).reshape(len(n_tok), -1)
+        return float(np.exp(x.sum(0).mean() / np.sum(n_tok)))
+
+    uni_w = stack[UNIGRAM][:, 0]
+    uni_ci = bootstrap_ci(lambda u, n: float(np.exp(u.sum() / n.sum())), uni_w, n_tok, seed=seed)
+    floor = power.floor({LEMS: ppl(lems), UNIFORM: ppl(uni)}, UNIGRAM, ppl(uni_w),
+                        floor_spread=uni_ci, higher_is_better=False,
+                        metric=f"test perplexity at {HEADLINE_RATIO:.0%} kept")
+    degen = power.degeneracy((LEMS, UNIFORM), differing, total, what="layer ranks")
+    return [control, floor, degen]
+
+
 def combine(ctx: RunContext, results: list[Result]) -> Result:
     """Pool the seeds: per arm the geometric-mean perplexity over seeds (with the seeds' min/max);
-    headline = geometric mean of the seeds' ratios; spread = the 95% paired bootstrap over test
-    windows (resampled jointly for all seeds), widened to cover every seed's own ratio."""
+    headline = geometric mean of the seeds' ratios; spread = :func:`paired_ci` (clustered over
+    seeds, then test windows)."""
     sides = []
     for r in results:
         path = next(Path(f) for f in r.figures if Path(f).name == "windows.json")
@@ -227,8 +331,15 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
     per_seed = [_ratio(stack[HEADLINE_LEMS][:, i], stack[HEADLINE_UNIFORM][:, i], n_tok)
                 for i in range(len(seeds))]
     value = _ratio(stack[HEADLINE_LEMS], stack[HEADLINE_UNIFORM], n_tok)
-    lo, hi = bootstrap_ci(_ratio, stack[HEADLINE_LEMS], stack[HEADLINE_UNIFORM], n_tok, seed=ctx.seed)
-    spread = (min(lo, *per_seed), max(hi, *per_seed))
+    spread = paired_ci(stack[HEADLINE_LEMS], stack[HEADLINE_UNIFORM], n_tok, ctx.seed)
+    if all(UNIGRAM in d["windows"] and "ranks differing" in d["meta"] for d in sides):
+        diff = [d["meta"]["ranks differing"] for d in sides]
+        checks = power_checks(stack, n_tok, sum(x["differing"] for x in diff),
+                              sum(x["total"] for x in diff), ctx.seed)
+    else:  # units written before the power checks existed
+        checks = [power.not_measured(k, "the units carry no random-allocation arm, unigram or "
+                                     "rank comparison (written by an older version)")
+                  for k in ("control", "floor", "degeneracy")]
 
     rows = []
     dense_ppl = None
@@ -252,6 +363,11 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
             out["LEMS alpha, gamma"] = "; ".join(f"{x['alpha']:.2f}, {x['gamma']:.2f}" for x in same)
         rows.append(out)
 
+    if UNIGRAM in stack:
+        uni = stack[UNIGRAM][:, 0]
+        rows.append({"system": UNIGRAM, "target": None, "kept": None, "linear params": 0,
+                     "perplexity": round(float(np.exp(uni.sum() / n_tok.sum())), 3),
+                     "vs dense": round(float(np.exp(uni.sum() / n_tok.sum())) / dense_ppl, 3)})
     heats = [d["heat"] for d in sides if d["heat"] is not None]
     heat = None
     if heats:
@@ -262,7 +378,7 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
     m, st = sides[0]["meta"], sides[0]["meta"]["settings"]
     label, last = m["label"], m["last"]
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    figures = _figures(ctx, rows, heat, trials, label)
+    figures = _figures(ctx, [r for r in rows if r["system"] != UNIGRAM], heat, trials, label)
     times: dict[str, float] = {}
     for d in sides:
         for k, v in d["meta"]["times"].items():
@@ -284,13 +400,21 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
         f"Optuna TPE {st['trials']} trials (seed 42), ranks multiples of 8, HiGHS MILP instead of Gurobi.",
         f"{seed_word}: perplexity = geometric mean over seeds (ppl min/max = the seeds' range). "
         "Headline per seed: " + ", ".join(f"{x:.3f}" for x in per_seed) + ". Spread: 95% paired "
-        "bootstrap over test windows of the seed-averaged ratio, widened to cover every seed's ratio.",
+        "bootstrap clustered over calibration seeds, then test windows, joined with the bootstrap "
+        "over windows shared by all seeds"
+        + ("." if len(seeds) > 1 else "; with one seed the calibration-seed variance is absent "
+           "from it (--opt seeds=3 samples it)."),
+        f"Power checks: control = a random allocation ({RANDOM}: LEMS's options and knapsack with "
+        "a LogNormal(0, 1) importance per layer, drawn per seed) at the headline budget against "
+        "uniform ranks; floor = an add-one unigram of the whole train split on the same test "
+        "positions; degeneracy = layers whose LEMS rank differs from the uniform rank (summed over "
+        "seeds).",
         "Stage times summed over seeds (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items())
         + "; wall per seed (s): " + ", ".join(f"{d['meta']['wall']:.0f}" for d in sides) + ".",
     ]
     return Result(rows=rows, headline=Measure(HEADLINE_NAME, value, "x", spread,
                                               higher_is_better=False),
-                  target=TARGET, notes=notes, figures=figures)
+                  target=TARGET, notes=notes, figures=figures, power=checks)
 
 
 def _to(f, device):
