@@ -56,6 +56,31 @@ def test_control_needs_its_interval_beyond_the_nulls():
     assert not power.control("o", 1.05, "n", 1.0, noise=0.1).passed
 
 
+def test_paired_control_tests_the_paired_effect_not_two_intervals():
+    # overlapping unpaired intervals, but the paired difference is clearly positive
+    unpaired = power.control(
+        "full", 0.80, "reduced", 0.70, spread=(0.6, 1.0), null_spread=(0.5, 0.9)
+    )
+    paired = power.control(
+        "full",
+        0.80,
+        "reduced",
+        0.70,
+        spread=(0.6, 1.0),
+        null_spread=(0.5, 0.9),
+        paired=(0.05, 0.15),
+    )
+    assert unpaired.passed is False and paired.passed is True
+    assert "paired effect [0.05, 0.15]" in paired.reason
+    # a ratio interval against 1, lower is better
+    assert power.control(
+        "o", 0.8, "n", 1.0, paired=(0.7, 0.9), paired_null=1.0, higher_is_better=False
+    ).passed
+    assert not power.control(
+        "o", 0.8, "n", 1.0, paired=(0.7, 1.01), paired_null=1.0, higher_is_better=False
+    ).passed
+
+
 @given(st.floats(-100, 100), st.floats(-100, 100), st.floats(0, 10), st.floats(0, 10))
 def test_control_passes_iff_intervals_are_disjoint_on_the_better_side(c, n, wc, wn):
     chk = power.control("o", c, "n", n, spread=(c - wc, c + wc), null_spread=(n - wn, n + wn))

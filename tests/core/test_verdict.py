@@ -85,10 +85,18 @@ def test_uninformative_overrides_any_headline(v, a, t, why):
     assert verdict is Verdict.UNINFORMATIVE and reason == why
 
 
-def test_nan_headline_stays_error_even_when_uninformative():
+def test_nan_headline_is_error_unless_the_claim_says_why_it_cannot_be_measured():
+    from icml26.core import power
     from icml26.core.claims import verdict_for
 
-    assert verdict_for(m(float("nan")), 1.0, "why")[0] is Verdict.ERROR
+    nan = float("nan")
+    assert verdict_for(m(nan), 1.0)[0] is Verdict.ERROR
+    # a failed power check alone does not excuse a NaN headline (that is still a bug)
+    failed = [power.degeneracy(["a", "b"], 0, 10)]
+    assert verdict_for(m(nan), 1.0, power=failed)[0] is Verdict.ERROR
+    assert verdict_for(m(nan), 1.0, "no informative cell") == (
+        Verdict.UNINFORMATIVE, "no informative cell")
+    assert verdict_for(m(1.0), nan, "no informative cell")[0] is Verdict.ERROR
 
 
 def test_uninformative_result_is_its_own_verdict_whatever_the_headline(tmp_path):

@@ -291,13 +291,20 @@ def verdict_for(headline: Measure, target: float, uninformative: str | None = No
                 power: list[PowerCheck] | None = None) -> tuple[Verdict, str | None]:
     """The verdict with the power checks applied, and the reason when it is ``uninformative``.
 
-    ``error`` (a NaN headline) stays ``error``; otherwise a reason given by the claim or any
-    power check that did not pass turns the verdict into ``uninformative``, whatever the headline.
+    A reason given by the claim (``uninformative``) or any power check that did not pass turns the
+    verdict into ``uninformative``, whatever the headline. A NaN headline is ``error``, unless the
+    claim itself says why the headline cannot be measured (``uninformative``, e.g. no cell of the
+    grid has enough passing programs): a headline that does not exist is then no bug. A NaN target
+    is always ``error``.
     """
     verdict = decide(headline, target)
     reasons = [r for r in (uninformative, _power.summary(power or [])) if r]
     reason = "; ".join(reasons) or None
-    if reason and verdict is not Verdict.ERROR:
+    if verdict is Verdict.ERROR:
+        if uninformative and not math.isnan(float(target)):
+            return Verdict.UNINFORMATIVE, reason
+        return verdict, reason
+    if reason:
         verdict = Verdict.UNINFORMATIVE
     return verdict, reason
 

@@ -142,6 +142,8 @@ def control(
     noise: float = 0.0,
     metric: str = "",
     name: str = "positive control",
+    paired: Sequence[float] | None = None,
+    paired_null: float = 0.0,
 ) -> PowerCheck:
     """The positive control ``system`` against the null (``null_system``, e.g. the unchanged
     model or the baseline the effect is measured from).
@@ -149,29 +151,44 @@ def control(
     Passes when the control's interval is wholly on the better side of the null's interval, by
     more than ``noise`` (an absolute margin in the metric's unit, e.g. a seed-to-seed spread that
     the intervals do not carry). With neither spread nor noise, a strict improvement suffices.
+
+    ``paired``: when both were measured on the same items, the interval of the paired effect
+    (control - null, or control / null with ``paired_null=1``, e.g. from
+    :func:`icml26.core.stats.clustered_bootstrap`). The check then asks that interval to lie
+    wholly beyond ``paired_null`` (by more than ``noise``), which is less conservative than two
+    unpaired intervals and the right test for paired arms.
     """
-    c_lo, c_hi = _interval(value, spread)
-    n_lo, n_hi = _interval(null_value, null_spread)
-    margin = c_lo - n_hi if higher_is_better else n_lo - c_hi
-    passed = bool(math.isfinite(margin) and margin > noise)
     better = "above" if higher_is_better else "below"
     what = f" on {metric}" if metric else ""
-    verb = "separates" if passed else "does not separate"
-    reason = (
-        f"{system}{what} {_fmt_iv(value, spread)} {verb} from {null_system} "
-        f"{_fmt_iv(null_value, null_spread)} (needs to lie {better} it"
-        + (f" by more than {_fmt(noise)}" if noise else "")
-        + ")"
-    )
-    return PowerCheck(
-        "control",
-        name,
-        (system, null_system),
-        {system: float(value), null_system: float(null_value)},
-        {system: _tuple(spread), null_system: _tuple(null_spread)},
-        passed,
-        reason,
-    )
+    if paired is not None:
+        p_lo, p_hi = (float(x) for x in paired)
+        margin = p_lo - paired_null if higher_is_better else paired_null - p_hi
+        passed = bool(math.isfinite(margin) and margin > noise)
+        verb = "separates" if passed else "does not separate"
+        reason = (
+            f"{system}{what} {_fmt(value)} {verb} from {null_system} {_fmt(null_value)}: paired "
+            f"effect [{_fmt(p_lo)}, {_fmt(p_hi)}] (needs to lie {better} {_fmt(paired_null)}"
+            + (f" by more than {_fmt(noise)}" if noise else "")
+            + ")"
+        )
+    else:
+        c_lo, c_hi = _interval(value, spread)
+        n_lo, n_hi = _interval(null_value, null_spread)
+        margin = c_lo - n_hi if higher_is_better else n_lo - c_hi
+        passed = bool(math.isfinite(margin) and margin > noise)
+        verb = "separates" if passed else "does not separate"
+        reason = (
+            f"{system}{what} {_fmt_iv(value, spread)} {verb} from {null_system} "
+            f"{_fmt_iv(null_value, null_spread)} (needs to lie {better} it"
+            + (f" by more than {_fmt(noise)}" if noise else "")
+            + ")"
+        )
+    values = {system: float(value), null_system: float(null_value)}
+    spreads = {system: _tuple(spread), null_system: _tuple(null_spread)}
+    if paired is not None:
+        values["paired effect"] = (float(paired[0]) + float(paired[1])) / 2
+        spreads["paired effect"] = _tuple(paired)
+    return PowerCheck("control", name, (system, null_system), values, spreads, passed, reason)
 
 
 def floor(
