@@ -70,7 +70,10 @@ def test_hooks_equal_brute_force(tiny):
     A, G, F = _brute(model, batches)
     for name in A:
         assert torch.allclose(st.input_cov(name).double(), A[name], rtol=1e-5, atol=1e-6)
-        assert torch.allclose(st.G[name].double(), G[name], rtol=1e-4, atol=1e-10)
+        # G is kept in float32: an entry is exact to ~1e-7 of the matrix's scale, not of itself
+        # (a 3e-3 entry beside a 25.6 diagonal was off by 4e-7 on one AVX-512 CPU)
+        scale = float(G[name].abs().max())
+        assert torch.allclose(st.G[name].double(), G[name], rtol=1e-4, atol=1e-6 * scale)
         assert torch.allclose(st.row_fisher[name].double(), F[name], rtol=1e-4, atol=1e-12)
     # q, k and v read the same tensor: one A, computed once
     q = "model.layers.0.self_attn.q_proj"
