@@ -4,7 +4,7 @@ import pytest
 
 from icml26 import claims_index
 from icml26.core.claims import run_claim
-from icml26.core.sanity import unigram_window_nll
+from icml26.core.sanity import shuffle_within_windows, unigram_window_nll
 
 
 def test_unigram_window_nll_matches_hand_count():
@@ -19,11 +19,26 @@ def test_unigram_window_nll_matches_hand_count():
     assert nll == pytest.approx([-np.log(p[1]) - np.log(p[3]), -np.log(p[2])])
 
 
+def test_shuffle_within_windows_keeps_each_windows_tokens():
+    import torch
+
+    ids = torch.arange(10)
+    out = shuffle_within_windows(ids, seq_len=4, seed=0)
+    for start in range(0, 10, 4):
+        assert sorted(out[start : start + 4].tolist()) == ids[start : start + 4].tolist()
+    assert not torch.equal(out, ids)
+
+
 @pytest.mark.slow
 def test_smollm2_perplexity_tiny_reproduces(tmp_path):
     rec = run_claim(claims_index.get("smollm2-perplexity"), scale="tiny", out_root=tmp_path)
     assert rec["error"] is None
     assert rec["verdict"] == "reproduced"
-    model_ppl, unigram_ppl = (row["perplexity"] for row in rec["rows"])
+    model_ppl, unigram_ppl, shuffled_ppl = (row["perplexity"] for row in rec["rows"])
     assert 5 < model_ppl < 30 and unigram_ppl > 200
+    assert shuffled_ppl > 5 * model_ppl
+    checks = rec["power"]["checks"]
+    assert [c["kind"] for c in checks] == ["control", "floor"]
+    assert all(c["passed"] is True for c in checks)
+    assert rec["power"]["passed"] is True
     assert (tmp_path / rec["figures"][0]).is_file()

@@ -5,6 +5,11 @@ Perplexity of the model on the Wikipedia test split is compared with a unigram m
 the train split (add-one smoothing over the vocabulary), scored on exactly the same token
 positions. Headline: unigram perplexity / model perplexity, with a 95% bootstrap CI over windows.
 
+Power checks: the positive control is the same model on the same test tokens shuffled within each
+window (word order destroyed): its perplexity must rise well above the real text's, beyond both
+bootstrap CIs. The floor is the unigram itself: the model's perplexity must lie below the unigram's
+CI.
+
 Options (``--opt key=value``): ``model`` (HF folder or .gguf; default the packaged SmolLM2),
 ``dtype`` (default bf16 on CPU, the fast path with unchanged perplexity), ``seq_len`` (512).
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.lm import load_lm
 from icml26.core.plots import pyplot, save_figure
@@ -40,6 +46,22 @@ def unigram_window_nll(
     return np.array(nll), np.array(n)
 
 
+def shuffle_within_windows(ids: torch.Tensor, seq_len: int, seed: int) -> torch.Tensor:
+    """The same tokens, each non-overlapping ``seq_len`` window permuted at random (the positive
+    control: same unigram content, no word order)."""
+    g = torch.Generator().manual_seed(int(seed))
+    out = ids.clone()
+    for start in range(0, ids.numel(), seq_len):
+        w = out[start : start + seq_len]
+        out[start : start + seq_len] = w[torch.randperm(w.numel(), generator=g)]
+    return out
+
+
+def window_ppl_ci(nll: np.ndarray, n: np.ndarray, seed: int) -> tuple[float, float]:
+    """95% bootstrap CI over windows of the perplexity exp(sum nll / sum n)."""
+    return bootstrap_ci(lambda a, b: float(np.exp(a.sum() / b.sum())), nll, n, seed=seed)
+
+
 def run(ctx: RunContext) -> Result:
     device = check_device(ctx.device)
     dtype = parse_dtype(ctx.options.get("dtype", "bf16"))
@@ -64,6 +86,39 @@ def run(ctx: RunContext) -> Result:
     value = ratio(model_nll, uni_nll, model_n)
     spread = bootstrap_ci(ratio, model_nll, uni_nll, model_n, seed=ctx.seed)
     uni_ppl = float(np.exp(uni_nll.sum() / uni_n.sum()))
+    model_ci = window_ppl_ci(model_nll, model_n, ctx.seed)
+    uni_ci = window_ppl_ci(uni_nll, uni_n, ctx.seed)
+
+    shuffled = shuffle_within_windows(test, seq_len, ctx.seed)
+    ppl_shuf = perplexity(
+        model, tok, ids=shuffled, seq_len=seq_len, max_tokens=None, progress=ctx.progress
+    )
+    shuf_ci = window_ppl_ci(
+        np.array(ppl_shuf.window_nll), np.array(ppl_shuf.window_tokens), ctx.seed
+    )
+    shuf_label = f"{label} on shuffled-token text"
+    uni_label = "unigram, add-one (train split counts)"
+    checks = [
+        power.control(
+            shuf_label,
+            ppl_shuf.ppl,
+            label,
+            ppl.ppl,
+            spread=shuf_ci,
+            null_spread=model_ci,
+            higher_is_better=True,
+            metric="perplexity",
+        ),
+        power.floor(
+            {label: ppl.ppl},
+            uni_label,
+            uni_ppl,
+            spreads={label: model_ci},
+            floor_spread=uni_ci,
+            higher_is_better=False,
+            metric="perplexity",
+        ),
+    ]
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -81,13 +136,22 @@ def run(ctx: RunContext) -> Result:
             "system": label,
             "dtype": str(dtype).removeprefix("torch."),
             "perplexity": round(ppl.ppl, 3),
+            "perplexity 95% CI": [round(x, 3) for x in model_ci],
             "tokens scored": ppl.n_tokens,
         },
         {
-            "system": "unigram, add-one (train split counts)",
+            "system": uni_label,
             "dtype": "float64",
             "perplexity": round(uni_ppl, 3),
+            "perplexity 95% CI": [round(x, 3) for x in uni_ci],
             "tokens scored": int(uni_n.sum()),
+        },
+        {
+            "system": shuf_label,
+            "dtype": str(dtype).removeprefix("torch."),
+            "perplexity": round(ppl_shuf.ppl, 3),
+            "perplexity 95% CI": [round(x, 3) for x in shuf_ci],
+            "tokens scored": ppl_shuf.n_tokens,
         },
     ]
     notes = [
@@ -95,6 +159,8 @@ def run(ctx: RunContext) -> Result:
         f"{ppl.n_tokens} test tokens in non-overlapping {seq_len}-token windows; the unigram is "
         f"fitted on {train.numel()} train tokens of the same tokenizer and scored on the same positions.",
         "Spread: 95% percentile bootstrap over windows (2,000 resamples).",
+        "Positive control: the same test tokens shuffled within each window (word order "
+        "destroyed); floor: the unigram. Both compared on perplexity with window-bootstrap CIs.",
         "The packaged weights are the Q4_1 GGUF dequantized, not the original bf16 checkpoint.",
     ]
     return Result(
@@ -103,4 +169,5 @@ def run(ctx: RunContext) -> Result:
         target=TARGET,
         notes=notes,
         figures=[fig_path],
+        power=checks,
     )
