@@ -10,7 +10,9 @@ tokens, sinks and BinaryPC's error set.
 
 Measures per (layer, position): attention-mass recall (true softmax mass on the selected tokens,
 mean over query heads), oracle recall@k, ‖o − o_dense‖/‖o_dense‖. Headline: BinaryPC mass recall
-at 2% / the best of SimHash and Quest, with a 95% bootstrap CI over (context, layer, position).
+at 2% / the best of SimHash, MagicPIG and Quest, with a 95% clustered bootstrap CI (contexts, then
+(layer, position) items within each). Power checks: oracle top-k vs random-k (control), the better
+of random-k and StreamingLLM (floor), identical BinaryPC / best-baseline selections (degeneracy).
 
 Options: ``model`` (HF folder / .gguf; default the packaged SmolLM2), ``dtype`` (fp32),
 ``lengths`` (comma-separated context lengths), ``positions`` (decode positions per context),
@@ -26,11 +28,13 @@ from icml26.binarypc.codes import binary_pcs
 from icml26.binarypc.methods import BinaryPCConfig, make_method, metadata_bytes
 from icml26.binarypc.patch import capture_qkv, expand_meta, sparse_decode
 from icml26.binarypc.select import budget, dense_attention
+from icml26.core import power
 from icml26.core.checkpoint import Memo, source_fingerprint
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.lm import load_lm
 from icml26.core.plots import pyplot, save_figure
+from icml26.core.stats import clustered_bootstrap
 from icml26.core.text import token_ids
 from icml26.core.torchutil import bootstrap_ci, check_device, parse_dtype
 
@@ -45,6 +49,7 @@ VARIANTS = {  # label -> config overrides
     "Quest (page 16)": {"method": "quest"},
     "StreamingLLM (4 sinks)": {"method": "streaming"},
     "Oracle top-k": {"method": "oracle"},
+    "Random-k": {"method": "random"},
 }
 BASELINES = ("SimHash-64 (LSH)", "MagicPIG (K=10, L=150)", "Quest (page 16)")
 
@@ -107,6 +112,17 @@ def evaluate_context(qkv, layers, n_pos, fracs, seed, offline=None, scaling=None
         for (_label, frac), r in layer_rows.items():
             omask = layer_rows["Oracle top-k", frac]["mask"]
             r["recall"] = ((r["mask"] & omask).sum(-1).float() / r["k"]).mean(1).numpy()
+        for (label, frac), r in layer_rows.items():  # BinaryPC's selections against each baseline's
+            if label != "BinaryPC":
+                continue
+            for b in BASELINES:
+                bm = layer_rows[b, frac]["mask"]
+                r[f"same:{b}"] = (r["mask"] == bm).flatten(1).all(1).float().numpy()
+                r[f"shared:{b}"] = (
+                    ((r["mask"] & bm).sum(-1).float() / r["mask"].sum(-1).clamp_min(1))
+                    .mean(1)
+                    .numpy()
+                )
         for r in layer_rows.values():
             del r["mask"]
             out.append(r)
@@ -128,6 +144,7 @@ PASSKEY_MIN_DENSE = 0.8
 
 
 RECALL_ARRAYS = ("mass", "err", "attended", "recall")  # per-position arrays of a recall record
+PAIR_PREFIXES = ("same:", "shared:")  # BinaryPC vs a baseline, per position (BinaryPC records)
 
 
 def _ints(ctx, name, default):
@@ -221,7 +238,8 @@ def run(ctx: RunContext) -> Result:
             tick(len(layers))
         for r in memo.compute(f"recall/{ci}", lambda L=L, s=start: context_records(L, s)):
             # a new dict: the memo's own unit stays plain JSON
-            records.append({**r, **{k: np.asarray(r[k]) for k in RECALL_ARRAYS}, "ctx": ci, "L": L})
+            arrays = [k for k in r if k in RECALL_ARRAYS or k.startswith(PAIR_PREFIXES)]
+            records.append({**r, **{k: np.asarray(r[k]) for k in arrays}, "ctx": ci, "L": L})
         start += L
 
     rows = []
@@ -262,21 +280,16 @@ def run(ctx: RunContext) -> Result:
                 }
             )
 
-    def units(label, frac=HEAD_FRAC):
-        rs = sorted(
-            (r for r in records if r["variant"] == label and r["frac"] == frac),
-            key=lambda r: (r["ctx"], r["layer"]),
-        )
-        return np.concatenate([r["mass"] for r in rs])
-
-    bpc = units("BinaryPC")
-    bases = [units(b) for b in BASELINES]
-
-    def ratio(b, *bs):
-        return float(b.mean() / max(x.mean() for x in bs))
-
-    value = ratio(bpc, *bases)
-    spread = bootstrap_ci(ratio, bpc, *bases, seed=ctx.seed)
+    best = max(BASELINES, key=lambda b: float(np.concatenate(context_clusters(records, b)).mean()))
+    head = clustered_bootstrap(
+        context_clusters(records, "BinaryPC"),
+        context_clusters(records, best),
+        statistic="ratio",
+        seed=ctx.seed,
+    )
+    value, spread = head.value, head.spread
+    checks, p_rows = power_checks(records, best, ctx.seed)
+    rows += p_rows
 
     # 2. perplexity of a continuation with every decode query sparse (one replay per method)
     from icml26.binarypc.decode_eval import passkey_config, passkey_study, perplexity_study
@@ -402,8 +415,15 @@ def run(ctx: RunContext) -> Result:
             if uninformative_lengths
             else "Dense >= 80% at every length."
         ),
-        "Headline spread: 95% bootstrap CI over (context, layer, position) units, best baseline "
-        "re-chosen per resample.",
+        f"Headline spread: 95% clustered bootstrap over {head.n_clusters} context(s) (the unit that "
+        f"varies), then (layer, position) items within each ({head.n_items} items); the best baseline "
+        f"({best}, highest pooled mass recall) is fixed. "
+        + (
+            "One context: the context-level variance is absent at this scale."
+            if head.n_clusters == 1
+            else ""
+        ),
+        "Power at 2%: " + "; ".join(c.reason for c in checks) + ".",
     ]
     return Result(
         rows=rows,
@@ -417,7 +437,91 @@ def run(ctx: RunContext) -> Result:
         target=TARGET,
         notes=notes,
         figures=figs,
+        power=checks,
     )
+
+
+def context_clusters(records, label, key="mass", frac=HEAD_FRAC) -> list[np.ndarray]:
+    """Per context (the cluster), the per-(layer, position) values of ``key`` for ``label``."""
+    rs = [r for r in records if r["variant"] == label and r["frac"] == frac]
+    ctxs = sorted({r["ctx"] for r in rs})
+    return [
+        np.concatenate([r[key] for r in sorted(rs, key=lambda r: r["layer"]) if r["ctx"] == c])
+        for c in ctxs
+    ]
+
+
+def power_checks(records, best: str, seed: int = 0, frac=HEAD_FRAC) -> tuple[list, list[dict]]:
+    """Power checks on the recall records at ``frac``, with contexts as the bootstrap clusters.
+
+    control: oracle top-k against random-k (mass recall intervals must separate); floor: the best
+    trivial selection (random-k or StreamingLLM's sinks + recent window), which BinaryPC or a
+    baseline must beat; degeneracy: (context, layer, position) units whose BinaryPC selection is
+    not identical to the best baseline's (every query head, every key)."""
+    ci = {
+        lab: clustered_bootstrap(
+            context_clusters(records, lab, frac=frac), statistic="mean", seed=seed
+        )
+        for lab in ("BinaryPC", *BASELINES, "Oracle top-k", "Random-k", "StreamingLLM (4 sinks)")
+    }
+    trivial = max(("Random-k", "StreamingLLM (4 sinks)"), key=lambda lab: ci[lab].value)
+    same = np.concatenate(context_clusters(records, "BinaryPC", f"same:{best}", frac))
+    metric = f"attention-mass recall @{frac:.0%}"
+    checks = [
+        power.control(
+            "Oracle top-k",
+            ci["Oracle top-k"].value,
+            "Random-k",
+            ci["Random-k"].value,
+            spread=ci["Oracle top-k"].spread,
+            null_spread=ci["Random-k"].spread,
+            metric=metric,
+        ),
+        power.floor(
+            {lab: ci[lab].value for lab in ("BinaryPC", *BASELINES)},
+            trivial,
+            ci[trivial].value,
+            floor_spread=ci[trivial].spread,
+            metric=metric,
+        ),
+        power.degeneracy(
+            ("BinaryPC", best),
+            float((same < 1).sum()),
+            float(same.size),
+            what="(context, layer, position) selections",
+        ),
+    ]
+    rows = []
+    for b in BASELINES:
+        r = clustered_bootstrap(
+            context_clusters(records, "BinaryPC", frac=frac),
+            context_clusters(records, b, frac=frac),
+            statistic="ratio",
+            seed=seed,
+        )
+        s_b = np.concatenate(context_clusters(records, "BinaryPC", f"same:{b}", frac))
+        share = np.concatenate(context_clusters(records, "BinaryPC", f"shared:{b}", frac))
+        rows.append(
+            {
+                "study": "power",
+                "method": b,
+                "budget": f"{frac:.0%}",
+                "BinaryPC / this, mass recall": round(r.value, 4),
+                "95% CI (contexts, then items)": f"[{r.low:.4f}, {r.high:.4f}]",
+                "units with BinaryPC's selection identical": f"{int(s_b.sum())}/{s_b.size}",
+                "mean share of BinaryPC's selection also selected": round(float(share.mean()), 4),
+            }
+        )
+    for lab in ("Oracle top-k", "Random-k", "StreamingLLM (4 sinks)"):
+        rows.append(
+            {
+                "study": "power",
+                "method": lab,
+                "budget": f"{frac:.0%}",
+                "mass recall 95% CI (contexts, then items)": f"{ci[lab].value:.4f} [{ci[lab].low:.4f}, {ci[lab].high:.4f}]",
+            }
+        )
+    return checks, rows
 
 
 def _passkey_figure(ctx, recs):

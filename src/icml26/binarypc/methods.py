@@ -18,7 +18,7 @@ from icml26.binarypc.select import code_scores, lut_scores, work_dtype
 
 __all__ = ["METHODS", "BinaryPCConfig", "make_method", "metadata_bytes", "select_batch"]
 
-METHODS = ("bpc", "oracle", "simhash", "magicpig", "quest", "streaming")
+METHODS = ("bpc", "oracle", "simhash", "magicpig", "quest", "streaming", "random")
 
 
 @dataclass(frozen=True)
@@ -351,6 +351,23 @@ class _Streaming:
         return s, forced
 
 
+class _Random:
+    """Random-k: a uniformly random subset of the prefill (a fixed random score per token and KV
+    head, drawn once from the generator), the floor every selection method must beat."""
+
+    batched = ("noise",)
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def prepare(self, keys, generator, directions=None):
+        B, H, P, _ = keys.shape
+        return {"noise": torch.rand((B, H, P), generator=generator).to(keys.device)}
+
+    def score(self, q, meta, k):
+        return meta["noise"], None
+
+
 def make_method(cfg: BinaryPCConfig):
     """The selection method object named by ``cfg.method``."""
     return {
@@ -360,6 +377,7 @@ def make_method(cfg: BinaryPCConfig):
         "magicpig": _MagicPIG,
         "quest": _Quest,
         "streaming": _Streaming,
+        "random": _Random,
     }[cfg.method](cfg)
 
 
@@ -372,6 +390,7 @@ def metadata_bytes(cfg: BinaryPCConfig, head_dim: int, key_bytes: int = 2) -> fl
         "quest": 2 * head_dim * key_bytes / cfg.page,
         "oracle": head_dim * key_bytes + 0.0,
         "streaming": 0.0,
+        "random": 0.0,
     }[cfg.method]
 
 
