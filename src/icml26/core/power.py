@@ -159,35 +159,32 @@ def control(
     unpaired intervals and the right test for paired arms.
     """
     better = "above" if higher_is_better else "below"
-    what = f" on {metric}" if metric else ""
+    values = {system: float(value), null_system: float(null_value)}
+    spreads = {system: _tuple(spread), null_system: _tuple(null_spread)}
     if paired is not None:
         p_lo, p_hi = (float(x) for x in paired)
         margin = p_lo - paired_null if higher_is_better else paired_null - p_hi
-        passed = bool(math.isfinite(margin) and margin > noise)
-        verb = "separates" if passed else "does not separate"
-        reason = (
-            f"{system}{what} {_fmt(value)} {verb} from {null_system} {_fmt(null_value)}: paired "
-            f"effect [{_fmt(p_lo)}, {_fmt(p_hi)}] (needs to lie {better} {_fmt(paired_null)}"
-            + (f" by more than {_fmt(noise)}" if noise else "")
-            + ")"
+        compared = (
+            f"{_fmt(value)} VERB from {null_system} {_fmt(null_value)}: paired effect "
+            f"[{_fmt(p_lo)}, {_fmt(p_hi)}] (needs to lie {better} {_fmt(paired_null)}"
         )
+        values.update({"paired effect low": p_lo, "paired effect high": p_hi})
     else:
         c_lo, c_hi = _interval(value, spread)
         n_lo, n_hi = _interval(null_value, null_spread)
         margin = c_lo - n_hi if higher_is_better else n_lo - c_hi
-        passed = bool(math.isfinite(margin) and margin > noise)
-        verb = "separates" if passed else "does not separate"
-        reason = (
-            f"{system}{what} {_fmt_iv(value, spread)} {verb} from {null_system} "
+        compared = (
+            f"{_fmt_iv(value, spread)} VERB from {null_system} "
             f"{_fmt_iv(null_value, null_spread)} (needs to lie {better} it"
-            + (f" by more than {_fmt(noise)}" if noise else "")
-            + ")"
         )
-    values = {system: float(value), null_system: float(null_value)}
-    spreads = {system: _tuple(spread), null_system: _tuple(null_spread)}
-    if paired is not None:
-        values["paired effect"] = (float(paired[0]) + float(paired[1])) / 2
-        spreads["paired effect"] = _tuple(paired)
+    passed = bool(math.isfinite(margin) and margin > noise)
+    verb = "separates" if passed else "does not separate"
+    reason = (
+        f"{system}{f' on {metric}' if metric else ''} "
+        + compared.replace(" VERB ", f" {verb} ", 1)
+        + (f" by more than {_fmt(noise)}" if noise else "")
+        + ")"
+    )
     return PowerCheck("control", name, (system, null_system), values, spreads, passed, reason)
 
 
