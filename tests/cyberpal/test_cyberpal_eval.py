@@ -75,10 +75,17 @@ def test_splits_are_disjoint_by_cve():
 
 
 def test_decontamination_catches_ids_and_near_duplicates():
-    def fake_embed(texts):  # unit vectors: identical text -> cosine 1, else orthogonal-ish
-        v = np.array([[hash(t.lower().strip(" .")) % 97 == k for k in range(97)] for t in texts],
-                     dtype=np.float32)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
+    # one-hot per normalised text: identical text -> cosine 1, different text -> cosine 0
+    # (an explicit vocabulary, not Python's salted hash(), which collides in ~1 run of 97)
+    vocab = {}
+
+    def fake_embed(texts):
+        keys = [t.lower().strip(" .") for t in texts]
+        for k in keys:
+            vocab.setdefault(k, len(vocab))
+        v = np.zeros((len(keys), 16), dtype=np.float32)
+        v[np.arange(len(keys)), [vocab[k] for k in keys]] = 1.0
+        return v
 
     recs = [{"messages": [{}, {"content": t}], "meta": {"id": i}} for i, t in
             [("CVE-1", "sql injection in login"), ("CVE-2", "XSS in search."),
