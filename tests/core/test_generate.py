@@ -1,0 +1,155 @@
+"""core.generate against HF in float64 on a tiny Llama: greedy tokens, log-probs, independence
+of batch company, stop strings, prefix reuse and the bad-input errors."""
+
+import pytest
+import torch
+
+from icml26.core.errors import UserError
+from icml26.core.generate import PromptCache, generate, sample_rows
+from icml26.core.lm import tiny_llama
+
+PROMPTS = ["a", "hello there", "the quick brown fox jumps", "xyz 123", "q",
+           "another prompt, a longer one!"]
+EOS = set(range(0, 259, 9))  # ~11% of the byte vocabulary: varied lengths, some hit the cap
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A float64 tiny Llama with weights big enough that its greedy output varies."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    model, tok = tiny_llama(hidden=64, layers=2, heads=4, kv_heads=2, seed=3)
+    model = model.double()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.normal_(0, 0.15, generator=g)
+    model.generation_config.eos_token_id = None
+    yield model, tok
+    torch.set_num_threads(threads)
+
+
+def _ref_logprobs(model, prompt_ids, gen):
+    full = torch.tensor([prompt_ids + gen])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(full).logits[0].double(), -1)
+    return [float(lp[len(prompt_ids) - 1 + k, t]) for k, t in enumerate(gen)]
+
+
+def test_greedy_equals_hf_generate_through_refills(tiny):
+    model, tok = tiny
+    out = generate(model, tok, PROMPTS, max_new_tokens=10, batch_size=3, eos_token_ids=())
+    assert len({tuple(g.token_ids) for g in out}) == len(PROMPTS)
+    for p, g in zip(PROMPTS, out, strict=True):
+        ids = tok(p, return_tensors="pt")["input_ids"]
+        ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
+                             do_sample=False, pad_token_id=0)[0, ids.shape[1]:].tolist()
+        assert g.token_ids == ref, p
+        assert g.finish_reason == "length" and g.prompt_tokens == ids.shape[1]
+
+
+@pytest.mark.parametrize("prefix", [None, "auto", "SYSTEM: be nice. "])
+def test_sampled_logprobs_equal_a_full_forward(tiny, prefix):
+    """Through refills (batch 4 < 6 prompts), EOS and length stops, and prefix reuse."""
+    model, tok = tiny
+    system = "SYSTEM: be nice. "
+    prompts = [system + p for p in PROMPTS] if prefix == "auto" else PROMPTS
+    out = generate(model, tok, prompts, max_new_tokens=14, batch_size=4, temperature=1.0,
+                   logprobs=True, eos_token_ids=EOS, seed=5, prefix=prefix)
+    assert {g.finish_reason for g in out} == {"eos", "length"}
+    for p, g in zip(prompts, out, strict=True):
+        ids = tok((system if prefix == system else "") + p)["input_ids"]
+        assert g.prompt_tokens == len(ids)
+        if prefix is not None:
+            assert g.computed == len(ids) - len(tok(system)["input_ids"])
+        assert (g.finish_reason == "eos") == (g.token_ids[-1] in EOS)
+        assert g.logprobs == pytest.approx(_ref_logprobs(model, ids, g.token_ids), abs=1e-9)
+
+
+def test_a_rows_sample_does_not_depend_on_its_neighbours(tiny):
+    model, tok = tiny
+    kw = dict(max_new_tokens=12, temperature=0.9, top_p=0.95, eos_token_ids=())
+    base = generate(model, tok, PROMPTS, batch_size=4, seed=7, **kw)
+    other = ["zz", PROMPTS[1], "completely different", PROMPTS[3], "w", "x"]
+    for bs in (1, 2, 6):
+        got = generate(model, tok, other, batch_size=bs, seed=7, **kw)
+        assert got[1].token_ids == base[1].token_ids and got[3].token_ids == base[3].token_ids
+    assert generate(model, tok, PROMPTS[1:2], seed=8, **kw)[0].token_ids == base[1].token_ids
+    assert generate(model, tok, PROMPTS[1:2], seed=[9], **kw)[0].token_ids != base[1].token_ids
+
+
+def test_stop_strings_cut_exactly(tiny):
+    model, tok = tiny
+    free = generate(model, tok, PROMPTS, max_new_tokens=16, eos_token_ids=())
+    text = free[2].text
+    stop = text[5:7]  # a stop string that occurs in the free text
+    cut = text.index(stop)
+    got = generate(model, tok, PROMPTS, max_new_tokens=16, eos_token_ids=(), stop=[stop, "\x00#"])
+    g = got[2]
+    assert g.finish_reason == "stop" and g.text == text[:cut] and not g.text.endswith(stop)
+    assert stop in tok.decode(g.token_ids) and stop not in tok.decode(g.token_ids[:-1])
+    for f, h in zip(free, got, strict=True):  # rows without the stop string are unchanged
+        if stop not in f.text:
+            assert h.token_ids == f.token_ids and h.finish_reason == "length"
+    fence = generate(model, tok, PROMPTS[2:3], max_new_tokens=16, eos_token_ids=(),
+                     until=lambda t: stop in t)[0]
+    assert fence.finish_reason == "stop" and fence.text.endswith(stop)
+
+
+def test_prompt_cache_reuses_earlier_prompts(tiny):
+    model, tok = tiny
+    pc = PromptCache()
+    first = generate(model, tok, PROMPTS[:3], max_new_tokens=6, prefix=pc, eos_token_ids=())
+    longer = [p + " and more" for p in PROMPTS[:3]]
+    again = generate(model, tok, longer, max_new_tokens=6, prefix=pc, eos_token_ids=(),
+                     logprobs=True)
+    assert [g.computed for g in first] == [len(tok(p)["input_ids"]) for p in PROMPTS[:3]]
+    assert [g.computed for g in again] == [len(" and more")] * 3
+    plain = generate(model, tok, longer, max_new_tokens=6, eos_token_ids=())
+    assert [g.token_ids for g in again] == [g.token_ids for g in plain]
+
+
+def test_chat_prompts_and_hooks(tiny):
+    model, tok = tiny
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}>"
+    chat = [{"role": "user", "content": "hi"}]
+    seen, rows = [], []
+    a = generate(model, tok, [chat], max_new_tokens=3, eos_token_ids=(),
+                 on_token=lambda r, lg, t: seen.append((r, t.tolist())),
+                 before_forward=rows.append)[0]
+    b = generate(model, tok, ["<user>hi>"], max_new_tokens=3, eos_token_ids=())[0]
+    assert a.token_ids == b.token_ids and [t for _, (t,) in seen] == a.token_ids
+    assert rows == [[0]] * 3
+    forced = generate(model, tok, PROMPTS[:2], max_new_tokens=3, eos_token_ids=(),
+                      sampler=lambda lg, r: torch.full((lg.shape[0],), 65))
+    assert [g.text for g in forced] == ["AAA", "AAA"]
+
+
+def test_top_p_keeps_the_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).expand(4, 4)
+    u = torch.tensor([0.1, 0.6, 0.9, 0.99])
+    assert sample_rows(logits, u, 1.0, 0.75).tolist() == [0, 0, 1, 1]  # the nucleus is {0, 1}
+    assert sample_rows(logits, u, 1.0, 1.0).tolist() == [0, 1, 2, 3]
+    assert sample_rows(logits, u, 0.0, 1.0).tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    (dict(max_new_tokens=0), "max_new_tokens must be an integer >= 1; got 0"),
+    (dict(max_new_tokens=4, top_p=0.0), r"top_p must be in \(0, 1\]; got 0.0"),
+    (dict(max_new_tokens=4, top_p=1.5), r"top_p must be in \(0, 1\]; got 1.5"),
+    (dict(max_new_tokens=4, temperature=-0.1), "temperature must be >= 0; got -0.1"),
+    (dict(max_new_tokens=4, stop=[""]), "stop strings"),
+])
+def test_bad_input(tiny, kw, match):
+    model, tok = tiny
+    with pytest.raises(UserError, match=match):
+        generate(model, tok, ["a"], **kw)
+
+
+def test_prompt_longer_than_the_context(tiny):
+    model, tok = tiny
+    with pytest.raises(UserError, match="prompt 1 has 600 tokens; the model's context is 512"):
+        generate(model, tok, ["a", "b" * 600], max_new_tokens=2)
+    with pytest.raises(UserError, match="prompt 0 is empty"):
+        generate(model, tok, [[]], max_new_tokens=2)
