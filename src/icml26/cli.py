@@ -38,6 +38,7 @@ METHOD_CLIS: dict[str, str] = {
     "deepcommit": "icml26.deepcommit.cli:app",
     "echo": "icml26.echo.cli:app",
     "lems": "icml26.lems.cli:app",
+    "models": "icml26.core.models_cli:app",
     "oserve": "icml26.oserve.cli:app",
     "quartet2": "icml26.quartet2.cli:app",
     "quatro": "icml26.quatro.cli:app",

@@ -59,9 +59,7 @@ def llm_tables(ctx: RunContext, items, model_path=None) -> tuple[dict, float, tu
     """Choice log-prob tables per (format, drop), memoised in the run folder (resumable).
 
     Returns (tables, seconds, (model, tokenizer) if it had to be loaded, else None)."""
-    import torch
-
-    from icml26.core.lm import load_lm
+    from icml26.core.lm import load_lm, resolve_dtype
 
     memo = Memo(
         ctx.out_dir / "atlas_llm_memo.json",
@@ -72,7 +70,7 @@ def llm_tables(ctx: RunContext, items, model_path=None) -> tuple[dict, float, tu
             "formats": FORMATS,
         },
     )
-    dtype = torch.bfloat16 if ctx.device == "cpu" else torch.float16
+    dtype = resolve_dtype(None, ctx.device)  # bf16 only where it is fast
     model = tok = None
     t0 = time.perf_counter()
     tick = ctx.progress.task("(c) LM log-probs per configuration", total=len(FORMATS) * len(DROPS))
@@ -214,10 +212,8 @@ def live_cat(ctx: RunContext, st: dict, items, tables, grid, Y_all, lm=None) -> 
     """Fit on all examinees but the letter|drop0 configuration, then test it live.
 
     ``lm``: the (model, tokenizer) already loaded for the tables, if any (else loaded here)."""
-    import torch
-
     from icml26.atlas.cat import AdaptiveTest
-    from icml26.core.lm import load_lm
+    from icml26.core.lm import load_lm, resolve_dtype
     from icml26.core.mcq import score_mcq
 
     config = "letter|drop0"
@@ -233,7 +229,7 @@ def live_cat(ctx: RunContext, st: dict, items, tables, grid, Y_all, lm=None) -> 
         bank = calibrate(resp, model="2PL", max_iter=st["max_iter"])
     by_id = {it.id: it for it in items}
     if lm is None:
-        dtype = torch.bfloat16 if ctx.device == "cpu" else torch.float16
+        dtype = resolve_dtype(None, ctx.device)
         lm = load_lm(st.get("llm_model"), dtype=dtype, device=ctx.device)
     model, tok = lm
     t0 = time.perf_counter()

@@ -193,7 +193,7 @@ def responses_cmd(
     model: Annotated[str | None, typer.Option(help="HF folder or .gguf (default SmolLM2).")] = None,
     name: Annotated[str, typer.Option(help="Model name written in the table.")] = "",
     device: Annotated[str, typer.Option(help="torch device.")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="torch dtype.")] = "bfloat16",
+    dtype: Annotated[str, typer.Option(help="torch dtype; auto: bf16 on CUDA and on CPUs with native bf16, else float32.")] = "auto",
     max_items: Annotated[int | None, typer.Option(help="Seeded subset per task.")] = None,
     formats: Annotated[str, typer.Option(help="logprob and/or letter.")] = "logprob",
     drops: Annotated[
@@ -214,7 +214,6 @@ def responses_cmd(
     from icml26.core.io import atomic_open
     from icml26.core.lm import load_lm
     from icml26.core.mcq import bigbench_tasks, load_bigbench
-    from icml26.core.torchutil import parse_dtype
 
     if list_tasks:
         typer.echo("\n".join(bigbench_tasks()))
@@ -227,7 +226,7 @@ def responses_cmd(
     items = [it for t in task_list for it in load_bigbench(t, max_items=max_items)]
     fmts, drop_list = _csv_list(formats, str, "--formats"), _csv_list(drops, int, "--drops")
     grid = examinee_grid(fmts, drop_list, _csv_list(temps, float, "--temps"), seeds)
-    lm, tok = load_lm(model, dtype=parse_dtype(dtype), device=device)
+    lm, tok = load_lm(model, dtype=dtype, device=device)
     tables = {
         f"{f}|drop{d}": choice_logprob_table(lm, tok, items, f, d, batch_size)
         for f in fmts

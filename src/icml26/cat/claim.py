@@ -13,7 +13,7 @@ positions (CAT or a transform baseline must beat it). No degeneracy check: each 
 different fixed map.
 
 Options (``--opt key=value``): ``model`` (HF folder or .gguf; default packaged SmolLM2),
-``dtype`` (bf16), ``seq_len`` (512), ``block`` (64), ``damp`` (1e-3), ``seeds`` (number of
+``dtype`` (default: the dtype policy, bf16 only where native), ``seq_len`` (512), ``block`` (64), ``damp`` (1e-3), ``seeds`` (number of
 calibration seeds; 3 at small), ``full_cat`` (0 drops the full-CAT arm), ``quarot`` (0 drops QuaRot), ``w4a8`` (0 drops W4A8),
 ``n_calib`` (calibration
 sequences), ``ppl_tokens`` (test tokens), ``sqnr_blocks`` (256-token blocks for layer SQNR).
@@ -30,11 +30,11 @@ from icml26.cat.model import build_transforms, collect_covariances, fake_quantiz
 from icml26.cat.quarot import quarot_layer_transforms, quarot_rotate_
 from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
-from icml26.core.lm import load_lm
+from icml26.core.lm import load_lm, resolve_dtype
 from icml26.core.plots import pyplot, save_figure
 from icml26.core.sanity import unigram_window_nll
 from icml26.core.text import calibration_batches, perplexity, token_blocks, token_ids
-from icml26.core.torchutil import bootstrap_ci, check_device, parse_dtype
+from icml26.core.torchutil import bootstrap_ci, check_device
 
 TARGET = 1.0
 BASELINES = ("smoothquant", "hadamard", "quarot")
@@ -98,7 +98,7 @@ def power_checks(fp_nll: np.ndarray, a4: dict[str, np.ndarray], uni_nll: np.ndar
 
 def run(ctx: RunContext) -> Result:
     device = check_device(ctx.device)
-    dtype = parse_dtype(ctx.options.get("dtype", "bf16"))
+    dtype = resolve_dtype(ctx.options.get("dtype"), device)  # default: the dtype policy
     seq_len = int(ctx.options.get("seq_len", ctx.pick(256, 512, 2048)))
     block = int(ctx.options.get("block", 64))
     damp = float(ctx.options.get("damp", 1e-3))

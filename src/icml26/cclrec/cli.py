@@ -184,7 +184,7 @@ def profiles(
     max_new_tokens: int = 48,
     batch_size: int = 48,
     device: str = "cpu",
-    dtype: str = "bfloat16",
+    dtype: str = "auto",
 ) -> None:
     """Write LLM item profiles (or, with --inter, user profiles) to a resumable JSONL cache."""
     import time
@@ -215,7 +215,10 @@ def profiles(
         users = user_table(user, d.user_ids) if user else None
         ids = list(d.user_ids)
         prompts = user_prompts(split(d, "user_time").train, table, users)
-    chat = get_chat(lm, dtype=dtype, device=device)
+    from icml26.core.lm import resolve_dtype
+
+    # "auto": bf16 on CUDA and native-bf16 CPUs, else float32 (resolved here, by name)
+    chat = get_chat(lm, dtype=str(resolve_dtype(dtype, device)).removeprefix("torch."), device=device)
     t0 = time.perf_counter()
     texts = generate_profiles(
         prompts,

@@ -16,7 +16,7 @@ questions (:mod:`icml26.corrsteer.refusal_exp`).
 Headline: test accuracy change of CorrSteer-P over unsteered (pp) on the MMLU stand-in, paired
 bootstrap 95% CI over (item, seed) pairs; target +1.0 pp.
 
-Options (``--opt key=value``): ``model`` (HF folder / .gguf), ``dtype`` (bf16), ``layers``
+Options (``--opt key=value``): ``model`` (HF folder / .gguf), ``dtype`` (default: the dtype policy, bf16 only where native), ``layers``
 ("8,15,22"), ``sae_dir`` (folder with ``L<layer>/`` SAELens folders to use instead of training,
 e.g. GemmaScope at ``full``), ``tasks`` (comma-separated BIG-bench tasks, skips the probe),
 ``parts`` ("mmlu,bbq"; "refusal" adds the HarmBench part), ``sft`` (parts that get the SFT
@@ -40,9 +40,9 @@ from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
-from icml26.core.lm import load_lm
+from icml26.core.lm import load_lm, resolve_dtype
 from icml26.core.stats import clustered_bootstrap
-from icml26.core.torchutil import bootstrap_ci, check_device, parse_dtype
+from icml26.core.torchutil import bootstrap_ci, check_device
 from icml26.corrsteer.experiment import CONTROL_NAME, Splits, run_seed, sft_baseline, unsteered_pass
 from icml26.corrsteer.sae import load_sae
 from icml26.corrsteer.sft import SFTConfig
@@ -170,7 +170,7 @@ def _pool(tasks, n: int, seed: int):
 
 def run(ctx: RunContext) -> Result:
     device = check_device(ctx.device)
-    dtype = parse_dtype(ctx.options.get("dtype", "bf16"))
+    dtype = resolve_dtype(ctx.options.get("dtype"), device)  # default: the dtype policy
     model_name = ctx.options.get("model")
     model, tok = load_lm(model_name, dtype=dtype, device=device)
     S = _settings(ctx, len(blocks(model)))
@@ -234,7 +234,7 @@ def _sft_units(ctx, model, tok, S, part: str, items, sp) -> list[dict]:
     epochs = S["sft_epochs"] or int(np.ceil(4000 / sp.n_train))  # the paper's num_samples = 4000
     cfg = SFTConfig(epochs=epochs)
     path = ctx.out_dir / f"sft_{part}.json"
-    config = {"model": str(ctx.options.get("model")), "dtype": ctx.options.get("dtype", "bf16"),
+    config = {"model": str(ctx.options.get("model")), "dtype": str(resolve_dtype(ctx.options.get("dtype"), ctx.device)),
               "part": part, "splits": [sp.n_train, sp.n_val, sp.n_test], "cfg": cfg.__dict__,
               "items": [it.id for it in items]}
     lock = path.with_suffix(".lock")
@@ -273,7 +273,7 @@ def sft_worker(scale: str = "small", out_root: str = "results", seed: int = 0, *
     ctx = RunContext(scale=scale, seed=seed, device=device, out_dir=Path(out_root) / "corrsteer" / scale,
                      options=options)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    model, tok = load_lm(options.get("model"), dtype=parse_dtype(options.get("dtype", "bf16")), device=device)
+    model, tok = load_lm(options.get("model"), dtype=resolve_dtype(options.get("dtype"), device), device=device)
     S = _settings(ctx, len(blocks(model)))
     for part in S["sft"]:
         lock = ctx.out_dir / f"sft_{part}.lock"

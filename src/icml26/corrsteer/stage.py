@@ -77,7 +77,7 @@ if __name__ == "__main__":  # python -m icml26.corrsteer.stage: build the small-
 
     from icml26.core.lm import load_lm
 
-    model, tok = load_lm(None, dtype=torch.bfloat16)
+    model, tok = load_lm(None)  # dtype policy
     layers = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "8,15,22").split(",")]
     n_train = int(sys.argv[2]) if len(sys.argv) > 2 else 150_000
     saes, mets, sec = sae_stage(model, tok, layers, TrainConfig(d_sae=4096, k=32, epochs=2, batch_size=512, lr=5e-4),

@@ -108,7 +108,10 @@ def sft_cmd(
     batch_size: Annotated[int, typer.Option()] = 8,
     max_len: Annotated[int, typer.Option(help="Tokens per chat; longer are skipped.")] = 384,
     device: Annotated[str, typer.Option()] = "cpu",
-    autocast: Annotated[bool, typer.Option(help="bf16 autocast.")] = True,
+    autocast: Annotated[
+        bool | None, typer.Option("--autocast/--no-autocast",
+                                  help="bf16 autocast (default: only where bf16 is native).")
+    ] = None,
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Fine-tune MODEL on DATA (assistant-token loss); resumable per epoch."""

@@ -167,7 +167,7 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
         f"C: the base model wrote {cd['kept'] + cd['dropped']} traces from the same facts; "
         f"{c_share:.0%} passed the verifier ({'trained' if arm_c else 'arm dropped: under 30%'}); "
         f"failures by check: { {k: v for k, v in cd['by_check'].items() if v} }.",
-        f"SFT: full fine-tune, fp32 weights with bf16 autocast, AdamW lr {S['lr']}, "
+        f"SFT: full fine-tune, fp32 weights (bf16 autocast only where the CPU has native bf16), AdamW lr {S['lr']}, "
         f"{S['epochs']} epoch(s), batch {S['batch']}; loss on assistant tokens only.",
         f"Times: data {data_s:.0f} s, LM writer {lm_s:.0f} s, total {total_s:.0f} s.",
         f"The paper trains 4B-20B models on ~400k examples and reports no numbers; this run "

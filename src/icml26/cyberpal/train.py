@@ -62,7 +62,8 @@ def encode_chat(tok, messages: list[dict]) -> tuple[list[int], list[bool]]:
 class SFTConfig:
     """``lr`` is the peak AdamW rate (1e-4 full / 1e-3 LoRA is typical for 100M-1B models);
     ``batch_size`` chats per step; ``max_len`` tokens per chat (longer chats are skipped and
-    counted); ``autocast`` bf16 autocast (weights stay in their dtype)."""
+    counted); ``autocast`` bf16 autocast (weights stay in their dtype); ``None`` follows the dtype
+    policy (on where ``default_dtype(device)`` is bf16: CUDA and native-bf16 CPUs)."""
 
     epochs: int = 2
     lr: float = 1e-4
@@ -74,7 +75,7 @@ class SFTConfig:
     lora: bool = False
     lora_r: int = 16
     lora_alpha: int = 32
-    autocast: bool = True
+    autocast: bool | None = None
     seed: int = 0
     #: HF-style length grouping: each epoch's shuffled order is cut into windows of
     #: ``50 * batch_size`` chats, sorted by length inside a window, batched, and the batches
@@ -187,6 +188,12 @@ def sft(model, tok, records: list[dict], config: SFTConfig = SFTConfig(), *,
         start = int(state["step"])
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     dev_type = torch.device(device).type
+    if config.autocast is None:
+        from icml26.core.lm import default_dtype
+
+        use_autocast = default_dtype(device) == torch.bfloat16
+    else:
+        use_autocast = bool(config.autocast)
     losses, trained_tok, seen_tok, t0 = [], 0, 0, time.perf_counter()
     bar = progress.task("SFT steps", len(plan)) if progress is not None else (lambda n=1: None)
     bar(start)
@@ -201,7 +208,7 @@ def sft(model, tok, records: list[dict], config: SFTConfig = SFTConfig(), *,
             attn[b, : len(x)] = 1
             trained[b, : len(x)] = torch.tensor(m)
         ids, attn, trained = ids.to(device), attn.to(device), trained.to(device)
-        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=config.autocast):
+        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=use_autocast):
             loss = _loss(model, ids, attn, trained)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)

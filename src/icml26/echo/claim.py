@@ -6,7 +6,7 @@ time vs new tokens (a CPU knee). Modelled: tokens/s at batch sizes up to 256 fro
 an 8B Llama-3 on one H100 with an EAGLE-3-like draft head (``icml26.sim.cost``).
 
 Options (``--opt key=value``): ``model`` (HF folder / .gguf; default packaged SmolLM2), ``draft``
-(a separate same-tokenizer draft model; default the self-draft), ``dtype`` (bf16), ``exit_layer``
+(a separate same-tokenizer draft model; default the self-draft), ``dtype`` (default: the dtype policy, bf16 only where native), ``exit_layer``
 (default: sweep for >= 50% top-1 agreement), ``context`` (1024); the device is ``--device``.
 """
 
@@ -20,9 +20,9 @@ import torch
 from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.io import atomic_write_json
-from icml26.core.lm import load_lm
+from icml26.core.lm import load_lm, resolve_dtype
 from icml26.core.plots import pyplot, save_figure
-from icml26.core.torchutil import check_device, parse_dtype
+from icml26.core.torchutil import check_device
 from icml26.echo.calibrate import GateCalibration
 from icml26.echo.cost import fit_knee, gpu_spec_cost
 from icml26.echo.experiment import (
@@ -60,7 +60,7 @@ def cpu_knee(lm: TreeLM, widths, context: int = 256, reps: int = 3) -> tuple[lis
 
 def run(ctx: RunContext) -> Result:
     device = check_device(ctx.device)
-    dtype = parse_dtype(ctx.options.get("dtype", "bf16"))
+    dtype = resolve_dtype(ctx.options.get("dtype"), device)  # default: the dtype policy
     model, tok = load_lm(ctx.options.get("model"), dtype=dtype, device=device)
     lm = TreeLM(model)
     ell = ctx.options.get("exit_layer")

@@ -43,7 +43,7 @@ def generate_cmd(
     gates_file: Path = typer.Option(None, help="JSON from `icml26 echo calibrate`"),
     max_new_tokens: int = typer.Option(64),
     batch_size: int = typer.Option(None, help="concurrent requests (default: all prompts)"),
-    dtype: str = typer.Option("float32"),
+    dtype: str = typer.Option("auto", help="auto: bf16 on CUDA and on CPUs with native bf16, else float32"),
     device: str = typer.Option("cpu"),
     check: bool = typer.Option(False, help="also decode plainly and compare token for token"),
 ):
@@ -51,16 +51,16 @@ def generate_cmd(
     import time
 
     from icml26.core.lm import load_lm
-    from icml26.core.torchutil import check_device, parse_dtype
+    from icml26.core.torchutil import check_device
     from icml26.echo.decode import SpeculativeDecoder
     from icml26.echo.experiment import chat_ids
     from icml26.echo.policies import AR, make_policy
 
     dev = check_device(device)
-    m, tok = load_lm(model, dtype=parse_dtype(dtype), device=dev)
+    m, tok = load_lm(model, dtype=dtype, device=dev)
     d = exit_layer if exit_layer is not None else m.config.num_hidden_layers - 1
     if draft:
-        d = load_lm(draft, dtype=parse_dtype(dtype), device=dev)[0]
+        d = load_lm(draft, dtype=dtype, device=dev)[0]
     kw = {}
     if policy == "echo":
         kw["gate_depths"], kw["taus"] = _gates(gates, gates_file)
@@ -109,14 +109,13 @@ def calibrate_cmd(
     topk: int = typer.Option(10),
     auc_min: float = typer.Option(0.6),
     max_gates: int = typer.Option(2),
-    dtype: str = typer.Option("bfloat16"),
+    dtype: str = typer.Option("auto", help="auto: bf16 on CUDA and on CPUs with native bf16, else float32"),
     seed: int = typer.Option(1),
 ):
     """Calibrate ECHO's gate depths and depth-wise thresholds on warm-up prompts (AUC per depth)."""
     from icml26.core.io import atomic_write_json
     from icml26.core.lm import load_lm
     from icml26.core.text import token_ids
-    from icml26.core.torchutil import parse_dtype
     from icml26.echo.calibrate import calibrate_gates, gate_statistics
     from icml26.echo.draft import choose_exit_layer, exit_layer_agreement
     from icml26.echo.experiment import chat_ids, greedy_continuations
@@ -124,7 +123,7 @@ def calibrate_cmd(
     from icml26.echo.prompts import echo_prompts
     from icml26.echo.replay import ReplaySet, replay_positions
 
-    m, tok = load_lm(model, dtype=parse_dtype(dtype))
+    m, tok = load_lm(model, dtype=dtype)
     lm = TreeLM(m)
     if exit_layer is None:
         ag = exit_layer_agreement(lm, token_ids(tok, "validation", max_tokens=256),

@@ -15,7 +15,7 @@ the same test positions. Degeneracy: LEMS's ranks must differ from the uniform r
 one layer.
 
 Options (``--opt key=value``): ``model`` (HF folder or .gguf; default packaged SmolLM2),
-``dtype`` (model dtype for statistics, search and evaluation; default bf16; factorization always
+``dtype`` (model dtype for statistics, search and evaluation; default the dtype policy, bf16 only where native; factorization always
 uses float32 weights), ``n_calib``, ``n_search``, ``seq_len``, ``eval_tokens``, ``trials``,
 ``ratios`` (comma list), ``last_blocks`` (compress only the last N blocks; 0 = all), ``seeds``
 (calibration seeds, one unit each; default 1 tiny, 3 small/full), ``drop`` (comma list of baseline
@@ -39,12 +39,12 @@ from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
-from icml26.core.lm import cache_root, load_lm
+from icml26.core.lm import cache_root, load_lm, resolve_dtype
 from icml26.core.plots import pyplot, save_figure
 from icml26.core.sanity import unigram_window_nll
 from icml26.core.stats import clustered_bootstrap
 from icml26.core.text import calibration_batches, perplexity, token_ids
-from icml26.core.torchutil import bootstrap_ci, check_device, parse_dtype
+from icml26.core.torchutil import bootstrap_ci, check_device
 from icml26.lems.export import apply_ranks_, count_linear_params
 from icml26.lems.factorize import factorize
 from icml26.lems.layers import TargetLayer, block_list, target_layers
@@ -119,7 +119,7 @@ def run_unit(ctx: RunContext) -> Result:
     test NLLs of every arm, chosen ranks summary, Optuna trials, stage times) for :func:`combine`."""
     t_start = time.perf_counter()
     device = check_device(ctx.device)
-    dtype = parse_dtype(ctx.options.get("dtype", "bf16"))
+    dtype = resolve_dtype(ctx.options.get("dtype"), device)  # default: the dtype policy
     s = _settings(ctx)
     prog = ctx.progress
     model_name = ctx.options.get("model")

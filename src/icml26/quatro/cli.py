@@ -72,6 +72,8 @@ def train_cmd(
     seed: int = 0,
 ) -> None:
     """Train on generated arithmetic (add2 + chain3) with exact-match rewards; resumable from --out."""
+    import torch
+
     from icml26.core.errors import UserError
     from icml26.core.torchutil import check_device
     from icml26.quatro.loop import RLConfig, RLLoop
@@ -92,7 +94,7 @@ def train_cmd(
     else:
         from icml26.core.lm import load_lm
 
-        m, tok = load_lm(model, device=dev)
+        m, tok = load_lm(model, dtype=torch.float32, device=dev)  # RL updates need fp32 weights
         if tok.pad_token_id is None:  # left padding needs a pad id; it is always masked out
             tok.pad_token = tok.eos_token
     m = m.to(dev)

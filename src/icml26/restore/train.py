@@ -38,6 +38,16 @@ QA_STEPS = 1200
 CAPTION_FRAC = 0.0
 
 
+def _autocast(flag: bool | None) -> bool:
+    """bf16 autocast: as asked, or (``None``) the dtype policy: only where the CPU has native bf16
+    (on an AVX2-only CPU bf16 is ~4x slower than float32)."""
+    if flag is not None:
+        return bool(flag)
+    from icml26.core.lm import default_dtype
+
+    return default_dtype("cpu") == torch.bfloat16
+
+
 def _train_step(loss, opt, sched, params, ema: float | None) -> float:
     """One clipped (max-norm 1) optimizer + schedule step on ``loss``; returns the loss EMA (0.95)."""
     opt.zero_grad(set_to_none=True)
@@ -85,7 +95,7 @@ def _vision_hidden(model, px):
 
 
 def pretrain_vision(model, images, layouts, *, steps: int, batch: int = 32, lr: float = 2e-3, seed: int = 0,
-                    autocast: bool = True, tick=lambda n=1: None, log=print) -> list[float]:
+                    autocast: bool | None = None, tick=lambda n=1: None, log=print) -> list[float]:
     """Stage 1: the CLIP tower learns per-token attribute labels. Linear heads on the selected
     layer (LLaVA's ``vision_feature_layer``, CLS dropped) predict, for every patch token, its
     grid cell's colour, shape, digit and cell index (:func:`scenes.token_targets`); sum of the
@@ -110,7 +120,7 @@ def pretrain_vision(model, images, layouts, *, steps: int, batch: int = 32, lr: 
     curve, ema, t0 = [], None, time.time()
     for step in range(steps):
         idx = rng.choice(len(images), size=batch, replace=False)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=_autocast(autocast)):
             out = tower(scenes.pixel_values(images[idx]), output_hidden_states=True)
             logits = head(out.hidden_states[layer][:, 1:]).float().split(sizes, dim=-1)
             cls_logits = cls_head(out.pooler_output).float()
@@ -174,7 +184,7 @@ def text_hidden(model, ids: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
 
 
 def train_qa(model, feats, by_scene, *, steps: int, batch: int = 16, lr: float = 2e-3, seed: int = 0,
-             layouts=None, caption_frac: float = 0.0, autocast: bool = True, tick=lambda n=1: None,
+             layouts=None, caption_frac: float = 0.0, autocast: bool | None = None, tick=lambda n=1: None,
              log=print) -> list[float]:
     """Stage 2 (LLaVA's recipe with the tower frozen): the projector and the language model learn
     the QA from cached tower features; loss = cross-entropy of every answer token. The image
@@ -191,7 +201,7 @@ def train_qa(model, feats, by_scene, *, steps: int, batch: int = 16, lr: float =
     for step in range(steps):
         idx = rng.choice(keys, size=batch, replace=False)
         ids, tg = _qa_batch(by_scene, idx, rng, layouts, caption_frac)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=_autocast(autocast)):
             h = text_hidden(model, ids, feats[torch.as_tensor(idx)])
             logits = model.lm_head(h[tg[:, 0], tg[:, 1]])
         loss = torch.nn.functional.cross_entropy(logits.float(), tg[:, 2])
@@ -207,7 +217,7 @@ def train_qa(model, feats, by_scene, *, steps: int, batch: int = 16, lr: float =
 def build_tiny_llava(out: Path | None = None, *, vision_steps: int = VISION_STEPS, qa_steps: int = QA_STEPS,
                      n_scenes: int = 4000, seed: int = 0, vision_width: int = 64, vision_layers: int = 4,
                      hidden: int = 128, layers: int = 3, caption_frac: float = CAPTION_FRAC,
-                     qa_lr: float = 2e-3, autocast: bool = True, vision_from: Path | None = None,
+                     qa_lr: float = 2e-3, autocast: bool | None = None, vision_from: Path | None = None,
                      progress=None, log=print) -> Path:
     """Train and save the claim's model; returns its folder. Stage 1 pre-trains the vision tower
     on per-token attribute labels (:func:`pretrain_vision`), stage 2 freezes it and trains the
@@ -242,7 +252,8 @@ def build_tiny_llava(out: Path | None = None, *, vision_steps: int = VISION_STEP
     model.save_pretrained(out)
     atomic_write_json(out / "restore-vocab.json", {
         "vocab": scenes.VOCAB, "vision_steps": vision_steps, "qa_steps": qa_steps, "seed": seed,
-        "caption_frac": caption_frac, "qa_lr": qa_lr, "vision_from": str(vision_from) if vision_from else None,
+        "caption_frac": caption_frac, "qa_lr": qa_lr, "autocast_bf16": _autocast(autocast),
+        "vision_from": str(vision_from) if vision_from else None,
         "vision_seconds": t1 - t0, "qa_seconds": t2 - t1, "train_seconds": t2 - t0,
         "vision_loss": _every(v_curve, 25), "qa_loss": _every(q_curve, 25)})
     return out

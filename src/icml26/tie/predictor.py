@@ -207,11 +207,11 @@ class LTRRanker(_Base):
 def encode_prompts(texts: list[str], model=None, tokenizer=None, max_len: int = 512, batch_size: int = 8,
                    device: str = "cpu", progress=None) -> np.ndarray:
     """Pooled frozen-encoder features ``[last token, masked mean, masked max]`` of the final hidden
-    states, float32 (n, 3h). ``model``/``tokenizer`` default to the packaged SmolLM2 (bf16)."""
+    states, float32 (n, 3h). ``model``/``tokenizer`` default to the packaged SmolLM2 (dtype policy: bf16 only where native)."""
     if model is None:
         from icml26.core.lm import load_lm
 
-        model, tokenizer = load_lm(None, dtype=torch.bfloat16, device=device)
+        model, tokenizer = load_lm(None, dtype=None, device=device)
     tokenizer.padding_side = "right"
     out = []
     it = range(0, len(texts), batch_size)

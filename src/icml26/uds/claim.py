@@ -201,7 +201,7 @@ def _load(sc: Scale, seed: int, device: str):
         ) from None
     model, tok = load_lm(
         None if sc.lm == "smollm2" else sc.lm,
-        dtype=torch.bfloat16 if device == "cpu" else torch.float32,
+        dtype=None,  # the dtype policy: bf16 on CUDA and native-bf16 CPUs, else fp32
         device=device,
     )
     targets = [
