@@ -75,21 +75,25 @@ class StubChat:
 class LocalChat:
     """Chat with a local HF causal LM through its tokenizer's chat template.
 
+    Decoding is :func:`icml26.core.generate.generate` (greedy at ``temperature == 0``; else a
+    draw from the request's own generator seeded ``seed``, default 0, so a seed fixes the reply).
+
     Args:
-        model: None/"smollm2" (SmolLM2-135M-Instruct), an HF folder or .gguf path, or an already
-            loaded ``(model, tokenizer)`` pair.
-        dtype: torch dtype name; bfloat16 is ~3x faster than float32 on AVX-512-BF16 CPUs.
+        model: None/"smollm2" (SmolLM2-135M-Instruct), a zoo name, an HF folder or .gguf path,
+            or an already loaded ``(model, tokenizer)`` pair.
+        dtype: torch dtype or name; None follows :func:`icml26.core.lm.resolve_dtype` (bf16 only
+            where it is fast).
         device: torch device string.
     """
 
-    def __init__(self, model=None, dtype: str = "bfloat16", device: str = "cpu"):
-        from icml26.core.lm import load_lm
-        from icml26.core.torchutil import parse_dtype
+    def __init__(self, model=None, dtype=None, device: str = "cpu"):
+        from icml26.core.lm import load_lm, resolve_dtype
 
         if isinstance(model, tuple):
             self.model, self.tokenizer = model
         else:
-            self.model, self.tokenizer = load_lm(model, dtype=parse_dtype(dtype), device=device)
+            self.model, self.tokenizer = load_lm(model, dtype=resolve_dtype(dtype, device),
+                                                 device=device)
         if not getattr(self.tokenizer, "chat_template", None):
             raise UserError(f"the tokenizer of {model!r} has no chat template; use a chat model")
         self.device = next(self.model.parameters()).device
@@ -102,27 +106,19 @@ class LocalChat:
         return enc["input_ids"].to(self.device)
 
     def chat(self, messages, *, max_new_tokens=256, temperature=0.0, seed=None, stop=None):
-        import torch
+        return self.chat_batch([messages], max_new_tokens=max_new_tokens,
+                               temperature=temperature, seed=seed, stop=stop)[0]
 
-        if max_new_tokens < 1:
-            raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature < 0:
-            raise UserError(f"temperature must be >= 0, got {temperature}")
-        ids = self.prompt_ids(messages)
-        kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=self.tokenizer.eos_token_id)
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
-        else:
-            kwargs.update(do_sample=False)
-        if stop:
-            kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
-        with torch.random.fork_rng(devices=[] if self.device.type == "cpu" else [self.device]):
-            if seed is not None:
-                torch.manual_seed(seed)
-            with torch.inference_mode():
-                out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
-        text = self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
-        return _cut_at_stop(text, stop)
+    def chat_batch(self, chats, *, max_new_tokens=256, temperature=0.0, seed=None, stop=None,
+                   batch_size: int = 16) -> list[str]:
+        """Replies to several chats at once (chat ``i`` draws with seed ``seed + i``)."""
+        from icml26.core.generate import generate
+
+        prompts = [self.prompt_ids(m)[0].tolist() for m in chats]
+        out = generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
+                       temperature=float(temperature), seed=0 if seed is None else int(seed),
+                       stop=list(stop or ()), batch_size=batch_size)
+        return [g.text for g in out]
 
 
 class OpenAIChat:
@@ -131,20 +127,28 @@ class OpenAIChat:
     Args:
         base_url: e.g. ``http://localhost:8000/v1``.
         model: the served model name.
-        api_key: bearer token; default ``$OPENAI_API_KEY`` (none sent when unset).
+        api_key: bearer token; default ``$OPENAI_API_KEY`` (none sent when unset or empty).
         timeout: seconds per request.
+        retries: extra attempts after a 429, a 5xx or an unreachable server, waiting
+            ``Retry-After`` seconds when given (capped at 60), else ``backoff_s * 2**attempt``.
+
+    ``complete(body)`` posts one request body and returns the parsed answer (``choices`` and
+    all); ``fingerprint`` is the last ``system_fingerprint`` seen.
     """
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None,
-                 timeout: float = 60.0):
+                 timeout: float = 60.0, retries: int = 0, backoff_s: float = 1.0):
         if not base_url.startswith(("http://", "https://")):
             raise UserError(f"base_url {base_url!r} must start with http:// or https://")
         if not model:
             raise UserError("OpenAIChat needs a model name")
+        if retries < 0:
+            raise UserError(f"retries must be >= 0; got {retries}")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.timeout = timeout
+        self.timeout, self.retries, self.backoff_s = timeout, retries, backoff_s
+        self.fingerprint: str | None = None
 
     def chat(self, messages, *, max_new_tokens=256, temperature=0.0, seed=None, stop=None):
         body = {"model": self.model, "messages": check_messages(messages),
@@ -153,21 +157,7 @@ class OpenAIChat:
             body["seed"] = int(seed)
         if stop:
             body["stop"] = list(stop)
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers,
-                                     method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                payload = json.loads(resp.read().decode())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:300]
-            raise UserError(f"{self.url} answered HTTP {exc.code}: {detail}") from None
-        except (urllib.error.URLError, TimeoutError) as exc:
-            raise UserError(f"cannot reach {self.url}: {exc}") from None
-        except json.JSONDecodeError:
-            raise UserError(f"{self.url} did not answer with JSON") from None
+        payload = self.complete(body)
         try:
             return _cut_at_stop(payload["choices"][0]["message"]["content"] or "", stop)
         except (KeyError, IndexError, TypeError):
@@ -176,8 +166,51 @@ class OpenAIChat:
                 f"{str(payload)[:200]}"
             ) from None
 
+    def complete(self, body: dict) -> dict:
+        """POST ``body``; the JSON answer, or a :class:`UserError` naming the URL and status."""
+        import time
 
-def get_chat(spec: str, *, dtype: str = "bfloat16", device: str = "cpu") -> ChatModel:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        data = json.dumps(body).encode()
+        last, prefix = "", ""
+        for attempt in range(self.retries + 1):
+            req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    raw = resp.read().decode("utf-8", errors="replace")
+                try:
+                    payload = json.loads(raw)
+                except json.JSONDecodeError:
+                    raise UserError(f"{self.url} answered non-JSON: {raw[:200]!r}") from None
+                if isinstance(payload, dict):
+                    self.fingerprint = payload.get("system_fingerprint", self.fingerprint)
+                return payload
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode("utf-8", errors="replace")[:200]
+                last, prefix = f"HTTP {exc.code}: {detail!r}", ""
+                if exc.code != 429 and exc.code < 500:
+                    raise UserError(f"{self.url} answered {last}") from None
+                wait = _retry_after(exc.headers.get("Retry-After"), self.backoff_s * 2**attempt)
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                last = f"unreachable ({getattr(exc, 'reason', exc)})"
+                prefix, wait = "cannot reach ", self.backoff_s * 2**attempt
+            if attempt < self.retries:
+                time.sleep(wait)
+        n = self.retries + 1
+        raise UserError(f"{prefix}{self.url} failed after {n} attempt{'s' * (n > 1)}; "
+                        f"last: {last}")
+
+
+def _retry_after(value: str | None, default: float) -> float:
+    try:
+        return min(60.0, max(0.0, float(value))) if value is not None else default
+    except ValueError:
+        return default
+
+
+def get_chat(spec: str, *, dtype=None, device: str = "cpu") -> ChatModel:
     """Build a chat model from a spec string (see the module docstring)."""
     if spec == "local" or spec == "local:smollm2":
         return LocalChat(None, dtype=dtype, device=device)
