@@ -118,3 +118,28 @@ def test_bad_arguments():
 def test_chat_backend_over_core_chat():
     out = ChatBackend.from_spec("stub:echo").generate([(MSGS, 3)])
     assert out[0].text == "write fib" and out[0].seed == 3
+
+
+def test_hf_backend_on_the_shared_engine():
+    """HFBackend over core.generate: a row's sample depends on its own seed only, and a row
+    stops once its reply has closed a code fence (forced here by a model that only says ```)."""
+    import torch
+
+    from icml26.algosteer.backends import HFBackend
+    from icml26.core.lm import tiny_llama
+
+    model, tok = tiny_llama(hidden=32, layers=2, heads=2, seed=1)
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}:"
+    be = HFBackend(model=(model, tok), batch_size=2)
+    other = [{"role": "user", "content": "something else"}]
+    a = be.generate([(MSGS, 1), (other, 2), (MSGS, 3)], temperature=1.0, max_new_tokens=8)
+    b = be.generate([(MSGS, 3)], temperature=1.0, max_new_tokens=8)
+    assert a[2].text == b[0].text and a[0].text != a[2].text and a[2].seed == 3
+    head = torch.nn.Linear(32, len(tok), bias=True)  # logits: 10 for "`", 0 elsewhere
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.bias[ord("`")] = 10.0
+    model.lm_head = head
+    out = be.generate([(MSGS, 1)], temperature=0.0, max_new_tokens=20)
+    assert out[0].text == "``````" and out[0].meta["new_tokens"] == 6

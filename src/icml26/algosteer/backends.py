@@ -11,9 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,36 +37,37 @@ def _check_sampling(temperature: float, max_new_tokens: int) -> None:
 
 
 class HFBackend:
-    """A local causal LM (``core.lm.load_lm``: HF folder, .gguf, or the packaged SmolLM2).
+    """A local causal LM (``core.lm.load_lm``: a zoo name, an HF folder, .gguf, or the packaged
+    SmolLM2), decoded by :func:`icml26.core.generate.generate`.
 
-    Batches of ``batch_size`` requests are decoded together (left padding). Sampling is done per
-    row with that row's own ``torch.Generator`` seeded by the request's seed, so a sample does not
-    depend on which other requests share its batch (up to padding numerics in low precision).
-    A row stops at EOS or once its reply has closed a markdown code fence.
+    ``batch_size`` rows are decoded together, refilled from the queue as rows finish. Each row
+    samples with its own ``torch.Generator`` seeded by the request's seed, so a sample does not
+    depend on which other requests share its batch (up to the effect of batch shape on logits in
+    low precision). A row stops at EOS or once its reply has closed a markdown code fence.
+    ``dtype=None`` follows the dtype policy (:func:`icml26.core.lm.resolve_dtype`).
     """
 
     def __init__(
         self,
         path: str | None = None,
         device: str = "cpu",
-        dtype: str = "bfloat16",
+        dtype: str | None = None,
         batch_size: int = 16,
         model=None,
     ) -> None:
         if batch_size < 1:
             raise UserError(f"batch_size must be >= 1; got {batch_size}")
-        from icml26.core.lm import load_lm, resolve_model_folder
-        from icml26.core.torchutil import check_device, parse_dtype
+        from icml26.core.lm import load_lm, resolve_dtype, resolve_model_folder
+        from icml26.core.torchutil import check_device
 
         self.path, self.batch_size, self.device = path, batch_size, check_device(device)
         if model is not None:  # an already loaded (model, tokenizer) pair (tests)
             self.model, self.tok = model
             self._hash = "in-memory"
         else:
-            self.model, self.tok = load_lm(path, dtype=parse_dtype(dtype), device=device)
+            self.model, self.tok = load_lm(path, dtype=resolve_dtype(dtype, device), device=device)
             self._hash = _folder_hash(resolve_model_folder(path))
         self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
-        self.tok.padding_side = "left"
 
     def info(self) -> dict:
         return {
@@ -86,64 +84,21 @@ class HFBackend:
         max_new_tokens: int = 160,
     ) -> list[Generation]:
         _check_sampling(temperature, max_new_tokens)
-        out: list[Generation] = []
-        for i in range(0, len(requests), self.batch_size):
-            out.extend(self._batch(requests[i : i + self.batch_size], temperature, max_new_tokens))
-        return out
-
-    def _batch(self, reqs, temperature, max_new_tokens) -> list[Generation]:
-        import torch
-        from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria
+        from icml26.core.generate import generate
 
         prompts = [
-            self.tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-            for m, _ in reqs
+            self.tok(self.tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True),
+                     add_special_tokens=False)["input_ids"]
+            for m, _ in requests
         ]
-        enc = self.tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(self.model.device) for k, v in enc.items()}
-        start = enc["input_ids"].shape[1]
-        gens = [torch.Generator().manual_seed(int(s) % 2**63) for _, s in reqs]
-        tok = self.tok
-
-        class RowSampler(LogitsProcessor):  # per-row seeded sampling; returns a one-hot mask
-            def __call__(self, input_ids, scores):
-                scores = scores.float()
-                if temperature == 0:
-                    pick = scores.argmax(-1)
-                else:
-                    probs = torch.softmax(scores / temperature, -1).cpu()
-                    pick = torch.stack(
-                        [
-                            torch.multinomial(probs[r], 1, generator=gens[r])[0]
-                            for r in range(probs.shape[0])
-                        ]
-                    ).to(scores.device)
-                mask = torch.full_like(scores, float("-inf"))
-                mask[torch.arange(scores.shape[0]), pick] = 0.0
-                return mask
-
-        class FenceClosed(StoppingCriteria):  # per-row: the reply opened and closed a fence
-            def __call__(self, input_ids, scores, **kwargs):
-                texts = tok.batch_decode(input_ids[:, start:], skip_special_tokens=True)
-                return torch.tensor([t.count("```") >= 2 for t in texts], device=input_ids.device)
-
-        with torch.inference_mode():
-            ids = self.model.generate(
-                **enc,
-                do_sample=False,
-                max_new_tokens=max_new_tokens,
-                logits_processor=LogitsProcessorList([RowSampler()]),
-                stopping_criteria=[FenceClosed()],
-                pad_token_id=self.tok.pad_token_id,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-            )
-        texts = self.tok.batch_decode(ids[:, start:], skip_special_tokens=True)
-        n_new = (ids[:, start:] != self.tok.pad_token_id).sum(-1).tolist()
+        out = generate(
+            self.model, self.tok, prompts, max_new_tokens=max_new_tokens,
+            temperature=float(temperature), seed=[int(s) % 2**63 for _, s in requests],
+            batch_size=self.batch_size, until=lambda text: text.count("```") >= 2,
+        )
         return [
-            Generation(t, int(s), {"new_tokens": int(k)})
-            for t, (_, s), k in zip(texts, reqs, n_new, strict=True)
+            Generation(g.text, int(s), {"new_tokens": len(g.token_ids)})
+            for g, (_, s) in zip(out, requests, strict=True)
         ]
 
 
@@ -161,7 +116,8 @@ def _folder_hash(folder: Path) -> str:
 
 
 class OpenAIBackend:
-    """``POST {base_url}/chat/completions`` (vLLM, SGLang, llama.cpp server, OpenAI).
+    """``POST {base_url}/chat/completions`` (vLLM, SGLang, llama.cpp server, OpenAI) through
+    :class:`icml26.core.chat.OpenAIChat`.
 
     Consecutive requests with the same messages are sent as one call with ``n`` up to ``n``
     (the first request's seed is sent). 429 and 5xx answers are retried ``retries`` times,
@@ -179,17 +135,22 @@ class OpenAIBackend:
         retries: int = 4,
         backoff_s: float = 1.0,
     ) -> None:
+        from icml26.core.chat import OpenAIChat
+
         if not base_url.startswith(("http://", "https://")):
             raise UserError(f"endpoint {base_url!r} must start with http:// or https://")
         if not model:
             raise UserError("an endpoint needs a model name (e.g. URL#MODEL)")
         if n < 1 or retries < 0:
             raise UserError(f"n must be >= 1 and retries >= 0; got n={n}, retries={retries}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.n, self.timeout, self.retries = model, n, timeout, retries
-        self.backoff_s = backoff_s
-        self.api_key = os.environ.get(api_key_env) if api_key_env else None
-        self.fingerprint: str | None = None
+        key = (os.environ.get(api_key_env) if api_key_env else None) or ""
+        self.client = OpenAIChat(base_url, model, api_key=key, timeout=timeout,
+                                 retries=retries, backoff_s=backoff_s)
+        self.url, self.model, self.n = self.client.url, model, n
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.client.fingerprint
 
     def info(self) -> dict:
         return {
@@ -213,7 +174,7 @@ class OpenAIBackend:
             while j < len(requests) and j - i < self.n and requests[j][0] == requests[i][0]:
                 j += 1
             msgs, seed = requests[i]
-            payload = self._post(
+            payload = self.client.complete(
                 {
                     "model": self.model,
                     "messages": msgs,
@@ -223,12 +184,11 @@ class OpenAIBackend:
                     "max_tokens": int(max_new_tokens),
                 }
             )
-            choices = payload.get("choices")
+            choices = payload.get("choices") if isinstance(payload, dict) else None
             if not isinstance(choices, list) or len(choices) != j - i:
                 raise UserError(
                     f"{self.url}: expected {j - i} choices, got {json.dumps(payload)[:200]}"
                 )
-            self.fingerprint = payload.get("system_fingerprint", self.fingerprint)
             for k, ch in enumerate(choices):
                 text = ((ch.get("message") or {}).get("content")) or ""
                 out.append(
@@ -244,41 +204,6 @@ class OpenAIBackend:
                 )
             i = j
         return out
-
-    def _post(self, body: dict) -> dict:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        data = json.dumps(body).encode()
-        last = ""
-        for attempt in range(self.retries + 1):
-            req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    raw = resp.read().decode("utf-8", errors="replace")
-                try:
-                    return json.loads(raw)
-                except json.JSONDecodeError:
-                    raise UserError(f"{self.url} answered non-JSON: {raw[:200]!r}") from None
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode("utf-8", errors="replace")[:200]
-                last = f"HTTP {exc.code}: {detail!r}"
-                if exc.code != 429 and exc.code < 500:
-                    raise UserError(f"{self.url} answered {last}") from None
-                wait = _retry_after(exc.headers.get("Retry-After"), self.backoff_s * 2**attempt)
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                last = f"unreachable ({getattr(exc, 'reason', exc)})"
-                wait = self.backoff_s * 2**attempt
-            if attempt < self.retries:
-                time.sleep(wait)
-        raise UserError(f"{self.url} failed after {self.retries + 1} attempts; last: {last}")
-
-
-def _retry_after(value: str | None, default: float) -> float:
-    try:
-        return min(60.0, max(0.0, float(value))) if value is not None else default
-    except ValueError:
-        return default
 
 
 class ChatBackend:
