@@ -183,6 +183,9 @@ def encode_prompt(tokenizer, prompt, *, special: bool = True) -> list[int]:
     """Token ids of a prompt: ids as given; a string through the tokenizer (its special tokens
     such as BOS when ``special``); a chat (list of ``{"role", "content"}``) through the chat
     template with the assistant turn opened."""
+    if tokenizer is None and (isinstance(prompt, str) or (
+            isinstance(prompt, Sequence) and prompt and isinstance(prompt[0], dict))):
+        raise UserError("without a tokenizer, prompts must be token ids")
     if isinstance(prompt, str):
         return list(tokenizer(prompt, add_special_tokens=special)["input_ids"])
     if isinstance(prompt, torch.Tensor):
@@ -320,7 +323,8 @@ def generate(
 
     Parameters
     ----------
-    model, tokenizer : an HF causal LM (any device / dtype) and its tokenizer.
+    model, tokenizer : an HF causal LM (any device / dtype) and its tokenizer (None: prompts are
+        token ids, texts are empty, no stop strings).
     prompts : strings (tokenized with the tokenizer's special tokens), token-id lists or 1-D
         tensors, or chats (lists of ``{"role", "content"}``, through the chat template).
     max_new_tokens : at most this many generated tokens per prompt (>= 1).
@@ -353,6 +357,8 @@ def generate(
     stops = [stop] if isinstance(stop, str) else list(stop or ())
     if any(not isinstance(s, str) or not s for s in stops):
         raise UserError(f"stop strings must be non-empty strings; got {stops!r}")
+    if tokenizer is None and (stops or until is not None):
+        raise UserError("stop strings and until need a tokenizer")
     prompts = list(prompts)
     n = len(prompts)
     if n == 0:
@@ -432,7 +438,7 @@ def generate(
 
     def finish(i: int, reason: str, text: str | None = None) -> None:
         if text is None:
-            text = tokenizer.decode(toks[i], skip_special_tokens=True)
+            text = "" if tokenizer is None else tokenizer.decode(toks[i], skip_special_tokens=True)
         results[i] = Generation(text, toks[i], lps[i] if logprobs else None, reason, len(ids[i]),
                                 computed[i])
         advance(1)

@@ -67,49 +67,50 @@ def generate_rows(model, ids: torch.Tensor, deltas: dict[int, torch.Tensor] | No
     generated ids through the first EOS (inclusive), and ``{L: (S, d) float32}`` residuals entering
     block ``L`` of row 0 at each of the ``S`` forwards that produced a kept token of row 0 (read
     before any steering of that layer).
+
+    Decoding is :func:`icml26.core.generate.generate` with ``ids[:-1]`` as a shared prefix
+    (prefilled once, unsteered) and the last prompt token as each row's prompt; before every
+    forward the steering vectors are re-indexed to the rows the batch holds.
     """
+    from icml26.core.generate import generate
+
     if ids.ndim != 1 or ids.numel() < 2:
         raise UserError(f"a prompt needs at least 2 tokens; got shape {tuple(ids.shape)}")
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1; got {max_new_tokens}")
-    device = next(model.parameters()).device
-    ids = ids.to(device)
-    out = model(input_ids=ids[None, :-1], use_cache=True)
-    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-    if n_rows > 1:
-        cache.batch_repeat_interleave(n_rows)
-    from icml26.corrsteer.mcqsteer import _cache_kwarg
+    full = dict(deltas or {})
+    steerer = Steerer(model, full)  # validates layers, sizes and finiteness
+    rows: list[int] = []
 
-    kw = _cache_kwarg(model)
+    def per_row(v: torch.Tensor) -> torch.Tensor:  # (B, d): a zero vector for rows of no system
+        zero = torch.zeros(v.shape[-1], dtype=v.dtype, device=v.device)
+        return torch.stack([(v if v.ndim == 1 else v[r]) if r >= 0 else zero for r in rows])
+
+    def before(batch_rows: list[int]) -> None:
+        rows[:] = batch_rows
+        steerer.deltas = {L: per_row(v) for L, v in full.items()}
+
     mods = blocks(model)
     got: dict[int, list[torch.Tensor]] = {L: [] for L in capture}
 
     def cap(L):
         def hook(module, args, kwargs):
-            h = args[0] if args else kwargs["hidden_states"]
-            got[L].append(h[0, -1].float().cpu())
+            if 0 in rows:
+                h = args[0] if args else kwargs["hidden_states"]
+                got[L].append(h[rows.index(0), -1].float().cpu())
         return hook
 
     handles = [mods[L].register_forward_pre_hook(cap(L), with_kwargs=True) for L in capture]
-    toks = [[] for _ in range(n_rows)]
-    done = np.zeros(n_rows, bool)
-    x = ids[-1:].expand(n_rows, 1)
+    ids = [int(t) for t in ids.tolist()]
     try:
-        with Steerer(model, deltas or {}):
-            for _ in range(max_new_tokens):
-                logits = model(input_ids=x, use_cache=True, **{kw: cache}).logits[:, -1]
-                nxt = logits.float().argmax(-1)
-                for b in range(n_rows):
-                    if not done[b]:
-                        t = int(nxt[b])
-                        toks[b].append(t)
-                        done[b] = t in eos
-                if done.all():
-                    break
-                x = nxt[:, None]
+        with steerer:
+            out = generate(model, None, [ids[-1:]] * n_rows, max_new_tokens=max_new_tokens,
+                           prefix=ids[:-1], eos_token_ids=eos, batch_size=n_rows,
+                           before_forward=before)
     finally:
         for h in handles:
             h.remove()
+    toks = [g.token_ids for g in out]
     steps = {L: torch.stack(v[:len(toks[0])]) for L, v in got.items()}
     return toks, steps
 
