@@ -302,7 +302,7 @@ def generate(
     tokenizer,
     prompts: Sequence,
     *,
-    max_new_tokens: int,
+    max_new_tokens: int | Sequence[int],
     temperature: float = 0.0,
     top_p: float = 1.0,
     stop: str | Sequence[str] = (),
@@ -327,7 +327,7 @@ def generate(
         token ids, texts are empty, no stop strings).
     prompts : strings (tokenized with the tokenizer's special tokens), token-id lists or 1-D
         tensors, or chats (lists of ``{"role", "content"}``, through the chat template).
-    max_new_tokens : at most this many generated tokens per prompt (>= 1).
+    max_new_tokens : at most this many generated tokens per prompt (>= 1), or one per prompt.
     temperature, top_p : ``temperature == 0`` is greedy (the argmax, as HF ``generate`` with
         ``do_sample=False``); else sampling from ``softmax(logits / temperature)`` restricted
         to the top-p nucleus (``top_p`` in (0, 1]).
@@ -353,7 +353,9 @@ def generate(
     before_forward : ``before_forward(rows)`` before every model forward; ``rows[b]`` is the
         prompt index held by batch row ``b`` (-1: an idle row, or a shared-prefix prefill).
     """
-    _validate(max_new_tokens, temperature, top_p, batch_size)
+    per_max = None if isinstance(max_new_tokens, int) else [int(m) for m in max_new_tokens]
+    for m in per_max or [max_new_tokens]:
+        _validate(m, temperature, top_p, batch_size)
     stops = [stop] if isinstance(stop, str) else list(stop or ())
     if any(not isinstance(s, str) or not s for s in stops):
         raise UserError(f"stop strings must be non-empty strings; got {stops!r}")
@@ -384,7 +386,10 @@ def generate(
                             "tokens (shorten the prompt)")
     eos = eos_ids(model, tokenizer) if eos_token_ids is None else {int(e) for e in eos_token_ids}
     gens = _row_generators(seed, n) if temperature > 0 and sampler is None else None
-    limit = [max_new_tokens if ctx is None else min(max_new_tokens, ctx - len(x)) for x in ids]
+    if per_max is not None and len(per_max) != n:
+        raise UserError(f"max_new_tokens: got {len(per_max)} values for {n} prompts")
+    limit = per_max or [max_new_tokens] * n
+    limit = [m if ctx is None else min(m, ctx - len(x)) for m, x in zip(limit, ids, strict=True)]
     p0 = next(model.parameters())
     device = p0.device
     S = min(batch_size, n)
