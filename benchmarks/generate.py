@@ -1,0 +1,124 @@
+"""core.generate vs transformers' generate, side by side in one process.
+
+Run: ``.venv/bin/python benchmarks/generate.py [--models smollm2,qwen] [--prompts 16]
+[--new 64] [--batch1 4] [--dtype fp32]`` (quiet machine). For each model: the same chat prompts
+(16 short writing / coding requests), greedy, the model's EOS on, ``--new`` new tokens at most;
+
+- batch 16: ``core.generate(batch_size=16)`` vs one left-padded HF ``generate`` over the 16;
+- batch 1: the first ``--batch1`` prompts one at a time through each.
+
+Reports generated tokens (EOS included, padding excluded) per wall second and per CPU second
+(``time.process_time``, all threads), how many prompts got identical tokens from both, and the
+process's peak RSS after each model. Both are warmed up first (one short call each). Prints
+markdown rows for benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from icml26.core.generate import generate  # noqa: E402
+from icml26.core.lm import load_lm, resolve_dtype  # noqa: E402
+
+MODELS = {"smollm2": (None, "SmolLM2-135M"), "qwen": ("qwen2.5-coder-0.5b-instruct", "Qwen2.5-Coder-0.5B")}
+TOPICS = ["a cat", "the sea", "a lost key", "winter", "a robot", "a city at night", "bread",
+          "a river", "an old map", "the moon", "a library", "rain", "a clock", "a garden",
+          "a train", "a letter"]
+
+
+def chats(n: int) -> list[list[dict]]:
+    out = []
+    for i in range(n):
+        t = TOPICS[i % len(TOPICS)]
+        ask = (f"Write a short poem about {t}." if i % 2 == 0 else
+               f"Write a Python function that returns the number of words in a text about {t}.")
+        out.append([{"role": "user", "content": ask}])
+    return out
+
+
+def hf_generate(model, tok, prompts: list[list[int]], new: int) -> list[list[int]]:
+    """One left-padded HF ``generate`` over ``prompts``; each row's tokens up to its EOS."""
+    eos = model.generation_config.eos_token_id
+    eos = {eos} if isinstance(eos, int) else set(eos or [tok.eos_token_id])
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    P = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), P), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, p in enumerate(prompts):
+        ids[r, P - len(p):] = torch.tensor(p)
+        mask[r, P - len(p):] = 1
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                             do_sample=False, pad_token_id=pad, temperature=None, top_p=None,
+                             top_k=None)
+    rows = []
+    for r in range(len(prompts)):
+        seq = out[r, P:].tolist()
+        cut = next((k + 1 for k, t in enumerate(seq) if t in eos), len(seq))
+        rows.append(seq[:cut])
+    return rows
+
+
+def timed(fn):
+    w, c = time.perf_counter(), time.process_time()
+    res = fn()
+    return res, time.perf_counter() - w, time.process_time() - c
+
+
+def bench(key: str, dtype, n: int, new: int, n1: int) -> list[str]:
+    name, label = MODELS[key]
+    model, tok = load_lm(name, dtype=dtype)
+    prompts = [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True) for c in chats(n)]
+    prompts = [list(p["input_ids"] if isinstance(p, dict) or hasattr(p, "input_ids") else p)
+               for p in prompts]
+    generate(model, tok, prompts[:2], max_new_tokens=4)  # warm-up
+    hf_generate(model, tok, prompts[:2], 4)
+    rows = []
+    for batch, ps in ((n, prompts), (1, prompts[:n1])):
+        core, cw, cc = timed(lambda ps=ps, batch=batch: [
+            g.token_ids for g in generate(model, tok, ps, max_new_tokens=new, batch_size=batch)])
+        if batch == 1:
+            hf, hw, hc = timed(lambda ps=ps: [hf_generate(model, tok, [p], new)[0] for p in ps])
+        else:
+            hf, hw, hc = timed(lambda ps=ps: hf_generate(model, tok, ps, new))
+        nc, nh = sum(map(len, core)), sum(map(len, hf))
+        same = sum(a == b for a, b in zip(core, hf, strict=True))
+        load = os.getloadavg()[0]
+        rows.append(
+            f"| {label} {str(dtype).removeprefix('torch.')}, batch {batch}, {len(ps)} prompts x "
+            f"<= {new} new | {nc / cw:.1f} tok/s ({nc / cc:.1f} tok/CPU-s, {nc} tokens) | "
+            f"{nh / hw:.1f} tok/s ({nh / hc:.1f} tok/CPU-s, {nh} tokens) | "
+            f"{(nc / cw) / (nh / hw):.2f}x | {same}/{len(ps)} identical; load {load:.1f} |")
+        print(rows[-1], flush=True)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rows.append(f"| {label}: peak RSS of the process so far | {rss:,.0f} MiB | | | |")
+    print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="smollm2,qwen")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--batch1", type=int, default=4)
+    ap.add_argument("--dtype", default="fp32", help="fp32, bf16, or auto (the policy)")
+    a = ap.parse_args()
+    dtype = resolve_dtype(None if a.dtype == "auto" else a.dtype, "cpu")
+    print(f"threads {torch.get_num_threads()}, native bf16: {resolve_dtype(None, 'cpu')}, "
+          f"load {os.getloadavg()[0]:.1f}")
+    print("| model, dtype, batch | core.generate | HF generate | ratio | notes |")
+    print("|---|---|---|---|---|")
+    for key in a.models.split(","):
+        bench(key.strip(), dtype, a.prompts, a.new, a.batch1)
+
+
+if __name__ == "__main__":
+    main()
