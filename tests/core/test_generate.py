@@ -41,6 +41,7 @@ def test_greedy_equals_hf_generate_through_refills(tiny):
     model, tok = tiny
     out = generate(model, tok, PROMPTS, max_new_tokens=10, batch_size=3, eos_token_ids=())
     assert len({tuple(g.token_ids) for g in out}) == len(PROMPTS)
+    assert [g.computed for g in out] == [g.prompt_tokens for g in out]  # no common prefix
     for p, g in zip(PROMPTS, out, strict=True):
         ids = tok(p, return_tensors="pt")["input_ids"]
         ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
@@ -64,6 +65,28 @@ def test_sampled_logprobs_equal_a_full_forward(tiny, prefix):
         if prefix is not None:
             assert g.computed == len(ids) - len(tok(system)["input_ids"])
         assert (g.finish_reason == "eos") == (g.token_ids[-1] in EOS)
+        assert g.logprobs == pytest.approx(_ref_logprobs(model, ids, g.token_ids), abs=1e-9)
+
+
+def test_gemma3_sliding_window_logprobs_equal_a_full_forward():
+    """A tiny float64 Gemma3 with a 6-token sliding window on one of its two layers: prompts
+    longer than the window, log-probs against HF's own forward (which applies the window)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from icml26.core.lm import byte_tokenizer
+
+    tok = byte_tokenizer()
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=6,
+        max_position_embeddings=256, layer_types=["sliding_attention", "full_attention"],
+        pad_token_id=256, bos_token_id=257, eos_token_id=258)
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(cfg).double().eval()
+    out = generate(model, tok, PROMPTS, max_new_tokens=12, batch_size=2, eos_token_ids=(),
+                   temperature=1.0, logprobs=True)
+    for p, g in zip(PROMPTS, out, strict=True):
+        ids = tok(p)["input_ids"]
         assert g.logprobs == pytest.approx(_ref_logprobs(model, ids, g.token_ids), abs=1e-9)
 
 

@@ -12,8 +12,8 @@ architecture with a standard attention cache work unchanged) on a cache of its o
 - **Continuous refill.** ``batch_size`` slots are fed from the prompt queue; a finished row's
   slot takes the next prompt (prefilled in a group, left-padded, with per-row position ids), and
   once the queue is empty the batch is repacked onto its live rows whenever half are idle.
-- **Prompt-prefix reuse.** A shared prefix (``prefix="auto"``: the longest common token prefix
-  of the prompts; or a string / ids prepended to each prompt) is prefilled once and its K/V
+- **Prompt-prefix reuse.** A shared prefix (``prefix="auto"``, the default: the longest common
+  token prefix of the prompts; or a string / ids prepended to each prompt) is prefilled once and its K/V
   copied into each row; a :class:`PromptCache` passed as ``prefix`` keeps prompts' K/V between
   calls (multi-turn agents), each prompt reusing the longest prefix it shares with an entry.
 - **Per-row randomness.** Row ``i`` draws one float64 uniform per step from its own
@@ -42,6 +42,7 @@ from icml26.core.errors import UserError
 __all__ = ["Generation", "PromptCache", "SlotCache", "generate", "encode_prompt", "eos_ids"]
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (kv_heads, n, head_dim)
+_MIN_AUTO_PREFIX = 8  # a shorter common prefix is not worth its own forward
 
 
 @dataclass
@@ -310,7 +311,7 @@ def generate(
     seed: int | Sequence[int] = 0,
     batch_size: int = 16,
     logprobs: bool = False,
-    prefix=None,
+    prefix="auto",
     eos_token_ids: Sequence[int] | None = None,
     refill_every: int | None = None,
     progress=None,
@@ -337,7 +338,8 @@ def generate(
     seed : row ``i``'s generator is seeded ``seed + i``, or ``seed[i]`` for a list.
     batch_size : rows decoded together (slots of the static cache).
     logprobs : also return per-token log-probs under the unmodified distribution (nats).
-    prefix : None; ``"auto"`` (the longest common token prefix of the prompts is prefilled once);
+    prefix : None; ``"auto"`` (the default: the longest common token prefix of the prompts, such
+        as a chat template's system prompt, is prefilled once when >= 2 prompts share >= 8 tokens);
         a string or ids prepended to every prompt and prefilled once (string prompts are then
         tokenized without special tokens); or a :class:`PromptCache` (matched per prompt and
         given every prompt's K/V afterwards).
@@ -372,8 +374,9 @@ def generate(
         ids = [encode_prompt(tokenizer, p) for p in prompts]
     elif prefix is None or (isinstance(prefix, str) and prefix == "auto"):
         ids = [encode_prompt(tokenizer, p) for p in prompts]
-        if prefix == "auto" and ids and all(ids):
+        if prefix == "auto" and len(ids) > 1 and all(ids):
             pre = ids[0][: min(_lcp(ids[0], i) for i in ids)]
+            pre = pre if len(pre) >= _MIN_AUTO_PREFIX else []
     else:
         pre = encode_prompt(tokenizer, prefix)
         ids = [pre + encode_prompt(tokenizer, p, special=False) for p in prompts]
