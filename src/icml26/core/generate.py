@@ -410,13 +410,16 @@ def generate(
         """``allowed`` (B, q, W) bool -> the additive mask(s); returns last-position logits."""
         if before_forward is not None:
             before_forward(rows)
-        m = torch.zeros(allowed.shape, dtype=p0.dtype, device=device)
-        mask = m.masked_fill_(~allowed.to(device), neg)[:, None]
-        if window is not None:
+        allowed = allowed.to(device)
+
+        def additive(ok):  # (B, q, W) bool -> (B, 1, q, W): 0 where visible, dtype-min elsewhere
+            return torch.zeros(ok.shape, dtype=p0.dtype, device=device).masked_fill_(~ok, neg)[:, None]
+
+        mask = additive(allowed)
+        if window is not None:  # sliding-window layers also drop keys >= window positions back
             cols = torch.arange(allowed.shape[-1], device=device)
             near = cols[None, None, :] > pos.to(device)[:, :, None] - window
-            full, mask = mask, m.clone().masked_fill_(~(allowed.to(device) & near), neg)[:, None]
-            mask = {"full_attention": full, "sliding_attention": mask}
+            mask = {"full_attention": mask, "sliding_attention": additive(allowed & near)}
         out = model(input_ids=inp.to(device), position_ids=pos.to(device), attention_mask=mask,
                     use_cache=True, **{kw_cache: cache}, **keep)
         return out.logits[:, -1]
