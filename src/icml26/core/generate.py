@@ -7,8 +7,10 @@ architecture with a standard attention cache work unchanged) on a cache of its o
 - **Preallocated per-row KV.** :class:`SlotCache` holds, per layer, one K and one V buffer of
   shape ``(slots, kv_heads, T, head_dim)``; a decode step writes each row's new K/V in place at
   that row's own length and attends over the shared window ``[0, max live length]`` with a
-  per-row mask, so nothing is concatenated or re-copied per step (transformers' ``StaticCache``
-  shares one write position across the batch, which rows of different lengths cannot).
+  per-row mask, so nothing is concatenated or re-copied per step. (transformers 5.x
+  ``StaticCache`` keeps one write position for the whole batch and hands attention its full
+  preallocated length every step: a row cannot be refilled mid-batch, and each step reads all
+  ``T`` columns. Chosen from its code, not timed.)
 - **Continuous refill.** ``batch_size`` slots are fed from the prompt queue; a finished row's
   slot takes the next prompt (prefilled in a group, left-padded, with per-row position ids), and
   once the queue is empty the batch is repacked onto its live rows whenever half are idle.
