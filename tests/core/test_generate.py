@@ -144,9 +144,16 @@ def test_chat_prompts_and_hooks(tiny):
     b = generate(model, tok, ["<user>hi>"], max_new_tokens=3, eos_token_ids=())[0]
     assert a.token_ids == b.token_ids and [t for _, (t,) in seen] == a.token_ids
     assert rows == [[0]] * 3
+    done = []
+
+    class Progress:  # a claim's progress handle: task(description, total) -> advance(n)
+        def task(self, description, total):
+            return lambda k=1: done.append((description, total, k))
+
     forced = generate(model, tok, PROMPTS[:2], max_new_tokens=3, eos_token_ids=(),
-                      sampler=lambda lg, r: torch.full((lg.shape[0],), 65))
-    assert [g.text for g in forced] == ["AAA", "AAA"]
+                      sampler=lambda lg, r: torch.full((lg.shape[0],), 65), progress=Progress())
+    assert [g.text for g in forced] == ["AAA", "AAA"] and done == [("generate", 2, 1)] * 2
+    assert generate(model, tok, ["a"], max_new_tokens=2, progress=True)[0].token_ids
 
 
 def test_top_p_keeps_the_nucleus():
