@@ -112,7 +112,7 @@ def make_backend(ctx: RunContext):
         return ChatBackend.from_spec(opts["chat"], device=ctx.device), opts["chat"]
     batch = int(opts.get("batch_size", ctx.pick(tiny=24, small=48, full=64)))
     model = opts.get("model")
-    return (HFBackend(model, ctx.device, opts.get("dtype", "bfloat16"), batch), model or "smollm2")
+    return (HFBackend(model, ctx.device, opts.get("dtype"), batch), model or "smollm2")
 
 
 def fams_of(config: GridConfig) -> dict[str, tuple[str, ...]]:

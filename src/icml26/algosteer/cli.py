@@ -45,7 +45,7 @@ def run(
     batch_size: Annotated[int, typer.Option(help="HF backend batch size.")] = 16,
     n: Annotated[int, typer.Option(help="Endpoint: samples per request (n).")] = 16,
     device: str = "cpu",
-    dtype: str = "bfloat16",
+    dtype: str = "auto",
     workers: Annotated[int, typer.Option(help="Sandbox processes.")] = 2,
     force: Annotated[bool, typer.Option(help="Overwrite a log of another configuration.")] = False,
 ) -> None:

@@ -198,7 +198,7 @@ def run(ctx: RunContext) -> Result:
             for k in ("measured_db", "predicted_db", "concentration_db", "alignment_db")
         }
     had_by_layer = {x["layer"]: x["measured_db"] for x in sqnr_rows if x["arm"] == "hadamard"}
-    rows = [{"system": FP, "bits": "bf16", "perplexity": round(fp.ppl, 3)},
+    rows = [{"system": FP, "bits": str(dtype).removeprefix("torch."), "perplexity": round(fp.ppl, 3)},
             {"system": UNIGRAM, "bits": "-",
              "perplexity": round(math.exp(uni_nll.sum() / n_win.sum()), 3)}]
     for bits, arr in (("W4A4", a4), ("W4A8", a8)):

@@ -62,9 +62,9 @@ def _is_q4_1(model: str | None) -> bool:
 def _setup(model, dtype, device, calib, n_calib, seq_len, seed):
     from icml26.cat.model import collect_covariances
     from icml26.core.lm import load_lm
-    from icml26.core.torchutil import check_device, parse_dtype
+    from icml26.core.torchutil import check_device
 
-    m, tok = load_lm(model, dtype=parse_dtype(dtype), device=check_device(device))
+    m, tok = load_lm(model, dtype=dtype, device=check_device(device))
     batches = _calibration(tok, calib, n_calib, seq_len, seed)
     return m, tok, collect_covariances(m, batches)
 
@@ -144,7 +144,7 @@ def quantize(
     block: Annotated[int, typer.Option(help="CAT block size; 0 = full.")] = 64,
     damp: float = 1e-3,
     alpha: float = 0.5,
-    dtype: str = "bf16",
+    dtype: str = "auto",
     device: str = "cpu",
     seed: int = 0,
     overwrite: bool = False,
@@ -192,7 +192,7 @@ def quantize_to_folder(
     block: int = 64,
     damp: float = 1e-3,
     alpha: float = 0.5,
-    dtype: str = "bf16",
+    dtype: str = "auto",
     device: str = "cpu",
     seed: int = 0,
     overwrite: bool = False,
@@ -214,6 +214,9 @@ def quantize_to_folder(
             "(groups of 32 along the input); a weight grid of groups <= 32 sits on that grid and "
             "flatters the result. Use per-channel weights (no --w-group-size) or groups > 32."
         )
+    from icml26.core.lm import resolve_dtype
+
+    dtype = str(resolve_dtype(dtype, device)).removeprefix("torch.")  # the manifest names it
     meta = {
         "model": model,
         "transform": transform,
@@ -227,9 +230,9 @@ def quantize_to_folder(
     }
     if transform == "quarot":
         from icml26.core.lm import load_lm
-        from icml26.core.torchutil import check_device, parse_dtype
+        from icml26.core.torchutil import check_device
 
-        m, _ = load_lm(model, dtype=parse_dtype(dtype), device=check_device(device))
+        m, _ = load_lm(model, dtype=dtype, device=check_device(device))
         tr = quarot_rotate_(m, seed=seed)
         meta["residual_rotation"] = "quarot"
     else:

@@ -21,10 +21,10 @@ import torch
 
 from icml26.core import power
 from icml26.core.claims import Measure, Result, RunContext
-from icml26.core.lm import load_lm
+from icml26.core.lm import load_lm, resolve_dtype
 from icml26.core.plots import pyplot, save_figure
 from icml26.core.text import perplexity, token_ids
-from icml26.core.torchutil import bootstrap_ci, check_device, parse_dtype
+from icml26.core.torchutil import bootstrap_ci, check_device
 
 TARGET = 5.0
 
@@ -64,7 +64,7 @@ def window_ppl_ci(nll: np.ndarray, n: np.ndarray, seed: int) -> tuple[float, flo
 
 def run(ctx: RunContext) -> Result:
     device = check_device(ctx.device)
-    dtype = parse_dtype(ctx.options.get("dtype", "bf16"))
+    dtype = resolve_dtype(ctx.options.get("dtype"), device)  # default: the dtype policy
     seq_len = int(ctx.options.get("seq_len", 512))
     max_tokens = ctx.pick(tiny=2048, small=65_536, full=None)
     model_name = ctx.options.get("model")

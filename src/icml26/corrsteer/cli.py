@@ -12,14 +12,14 @@ app = typer.Typer(help="CorrSteer: SAEs for any HF decoder, and steering by the 
 
 _MODEL = typer.Option(None, "--model", help="HF model folder or .gguf (default: packaged SmolLM2)")
 _DEVICE = typer.Option("cpu", "--device")
-_DTYPE = typer.Option("bf16", "--dtype")
+_DTYPE = typer.Option("auto", "--dtype", help="auto: bf16 on CUDA and on CPUs with native bf16, else float32")
 
 
 def _lm(model, device, dtype):
     from icml26.core.lm import load_lm
-    from icml26.core.torchutil import check_device, parse_dtype
+    from icml26.core.torchutil import check_device
 
-    return load_lm(model, dtype=parse_dtype(dtype), device=check_device(device))
+    return load_lm(model, dtype=dtype, device=check_device(device))
 
 
 @app.command("train-sae")

@@ -41,7 +41,8 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     small_data_lr_cap: float = 5e-6  # paper: applied when n_train < 2000 or steps < 2000
     seed: int = 0
-    compute_dtype: str | None = "bf16"  # autocast for matmuls; None = plain float32
+    #: autocast for matmuls; None = plain float32; "auto" = bf16 where the device runs it natively
+    compute_dtype: str | None = "auto"
 
     def __post_init__(self):
         if self.epochs < 1:
@@ -68,11 +69,15 @@ def _lr_factor(step: int, total: int, warmup: int) -> float:
 def _autocast(model, compute_dtype: str | None):
     import contextlib
 
+    dev = next(model.parameters()).device.type
+    if compute_dtype == "auto":
+        from icml26.core.lm import default_dtype
+
+        compute_dtype = "bf16" if default_dtype(dev) == torch.bfloat16 else None
     if compute_dtype is None:
         return contextlib.nullcontext()
     from icml26.core.torchutil import parse_dtype
 
-    dev = next(model.parameters()).device.type
     return torch.autocast(dev, dtype=parse_dtype(compute_dtype))
 
 
@@ -124,7 +129,7 @@ def finetune_letters(model, ids: Sequence[torch.Tensor], targets: Sequence[int],
 
 @torch.no_grad()
 def letter_logits(model, ids: Sequence[torch.Tensor], letters: Sequence[int], progress=None,
-                  desc: str = "score", compute_dtype: str | None = "bf16") -> torch.Tensor:
+                  desc: str = "score", compute_dtype: str | None = "auto") -> torch.Tensor:
     """Letter logits ``(n, len(letters))`` after each prompt (one full forward each, no steering)."""
     device = next(model.parameters()).device
     out = []

@@ -144,7 +144,7 @@ def eval_cmd(
     allow_overlap: Annotated[bool, typer.Option(help="Evaluate even if training saw a CVE.")]
         = False,
     device: Annotated[str, typer.Option()] = "cpu",
-    dtype: Annotated[str, typer.Option()] = "bf16",
+    dtype: Annotated[str, typer.Option(help="auto: bf16 on CUDA and on CPUs with native bf16, else float32")] = "auto",
     records: Annotated[Path | None, typer.Option(help="id/ood on your records CSV (with "
                                                  "--ood-field) instead of CWE's examples.")]
         = None,
@@ -164,7 +164,6 @@ def eval_cmd(
     with _user_errors():
         from icml26.core.errors import UserError
         from icml26.core.lm import load_lm
-        from icml26.core.torchutil import parse_dtype
         from icml26.cyberpal.catalog import load_attack, load_cwe
         from icml26.cyberpal.enrich import cve2cwe_prompt
         from icml26.cyberpal.evaluate import build_mcq, generate, parse_cwe, rank_labels, score_cwe
@@ -194,7 +193,7 @@ def eval_cmd(
             from icml26.cyberpal.ctibench import read_rcm
 
             rcm = read_rcm(data)[:limit]
-        m, tok = load_lm(model, dtype=parse_dtype(dtype), device=device)
+        m, tok = load_lm(model, dtype=dtype, device=device)
         if split in ("mcq", "cti-mcq"):
             from icml26.core.mcq import score_mcq
 

@@ -28,7 +28,7 @@ def compress_cmd(
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 256,
     trials: Annotated[int, typer.Option(help="Optuna trials of LEMS (0: alpha 0, gamma 5).")] = 10,
     device: Annotated[str, typer.Option(help="torch device.")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="Dtype for statistics and search (bf16, fp32...).")] = "bf16",
+    dtype: Annotated[str, typer.Option(help="Dtype for statistics and search (bf16, fp32...; auto: bf16 only where native).")] = "auto",
     seed: Annotated[int, typer.Option(help="Calibration sampling seed.")] = 0,
     cache_dir: Annotated[Path | None, typer.Option(help="Where statistics and KLs are cached "
                                                    "(default under $XDG_CACHE_HOME/icml26/lems).")] = None,
@@ -69,9 +69,9 @@ def _compress(out, model, ratio, decomposition, allocator, left_factor, calib, n
     from rich.console import Console
 
     from icml26.core.errors import UserError
-    from icml26.core.lm import cache_root, load_lm
+    from icml26.core.lm import cache_root, load_lm, resolve_dtype
     from icml26.core.text import calibration_batches
-    from icml26.core.torchutil import check_device, parse_dtype
+    from icml26.core.torchutil import check_device
     from icml26.lems.compress import CompressConfig, allocate
     from icml26.lems.export import apply_ranks_, count_linear_params, save_compressed
     from icml26.lems.factorize import factorize
@@ -85,7 +85,8 @@ def _compress(out, model, ratio, decomposition, allocator, left_factor, calib, n
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UserError(f"output folder {out} is not empty; pass --overwrite")
     check_device(device)
-    work_dtype = parse_dtype(dtype)
+    work_dtype = resolve_dtype(dtype, device)
+    dtype = str(work_dtype).removeprefix("torch.")  # the cache key names the resolved dtype
     m32, tok = load_lm(None if model == "smollm2" else model, dtype=torch.float32, device=device)
     work = copy.deepcopy(m32).to(work_dtype) if work_dtype != torch.float32 else m32
     layers = target_layers(work)

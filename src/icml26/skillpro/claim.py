@@ -72,7 +72,7 @@ def _llm_parts(ctx: RunContext, spec: str):
     from icml26.skillpro.rollout import BatchedLocalChat
 
     path = None if spec in ("smollm2", "local") else spec
-    chat = BatchedLocalChat(path, dtype="bfloat16")
+    chat = BatchedLocalChat(path)  # dtype: the policy (bf16 only where native)
     scorer = LMScorer(*load_lm(path, dtype=torch.float32), batch_size=8)
     meta = chat if ctx.options.get("meta", "1") == "1" else None
     return chat, meta, scorer, lambda text: len(chat.tokenizer(text)["input_ids"]) if text else 0

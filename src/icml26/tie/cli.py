@@ -40,17 +40,17 @@ def sample_lengths_cmd(
     cap: int = typer.Option(256, help="max new tokens (lengths at the cap are censored)"),
     batch_size: int = typer.Option(48),
     temperature: float = typer.Option(1.0),
-    dtype: str = typer.Option("bf16"),
+    dtype: str = typer.Option("auto", help="auto: bf16 on CUDA and on CPUs with native bf16, else float32"),
     device: str = typer.Option("cpu"),
     seed: int = typer.Option(0),
 ):
     """Sample N completions per prompt and record their lengths (with batch refilling)."""
     from icml26.core.lm import load_lm
-    from icml26.core.torchutil import check_device, parse_dtype
+    from icml26.core.torchutil import check_device
     from icml26.tie.sampling import SampleConfig, sample_lengths
 
     texts = _read_prompts(prompts)
-    m, tok = load_lm(model, dtype=parse_dtype(dtype), device=check_device(device))
+    m, tok = load_lm(model, dtype=dtype, device=check_device(device))
     res = sample_lengths(m, tok, texts, SampleConfig(n, cap, temperature, batch_size, seed=seed), cache_path=out)
     typer.echo(f"{len(res)} prompts x {n} samples -> {out}")
 

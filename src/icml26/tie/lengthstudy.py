@@ -43,13 +43,24 @@ class StudyConfig:
     cap: int = 256
     temperature: float = 1.0
     model: str = "smollm2"
-    dtype: str = "bf16"
+    #: "auto" = the CPU/GPU dtype policy (bf16 only where native), resolved at construction so
+    #: the cache key names the dtype the lengths were sampled in ("bf16" / "fp32" / ...)
+    dtype: str = "auto"
     batch_size: int = 64
     device: str = "auto"  # "auto": cuda when available, else cpu (not part of the cache key)
     prompt_seed: int = 0
     sample_seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.dtype == "auto":
+            import torch
+
+            from icml26.core.lm import default_dtype
+
+            dev = self.device if self.device != "auto" else (
+                "cuda" if torch.cuda.is_available() else "cpu")
+            short = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}
+            object.__setattr__(self, "dtype", short[default_dtype(dev)])
         if self.n_prompts < 12:
             raise ValueError(f"n_prompts must be >= 12 (two per family); got {self.n_prompts}")
         if self.n_samples < 2 or self.ks_samples < 2:

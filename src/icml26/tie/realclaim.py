@@ -87,6 +87,9 @@ def study_config(ctx: RunContext) -> StudyConfig:
         ks_samples=_opt(ctx, "ks_samples", TINY["ks_samples"], SMALL["ks_samples"], 48),
         cap=_opt(ctx, "cap", 48, SMALL["cap"]),
         model=ctx.options.get("model", "smollm2"),
+        # tiny reads the packaged real-SmolLM2 fixture, which was sampled in bf16; other scales
+        # sample in the dtype policy's choice (bf16 only where native)
+        dtype=ctx.options.get("dtype", ctx.pick(tiny="bf16", small="auto", full="auto")),
         batch_size=_opt(ctx, "batch", 64, 64),
         device=ctx.options.get("device", "auto"),
         prompt_seed=ctx.seed, sample_seed=ctx.seed)
