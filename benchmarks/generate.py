@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="ABBA rounds; the best of each counts")
     ap.add_argument("--dtype", default="fp32", help="fp32, bf16, or auto (the policy)")
     a = ap.parse_args()
-    dtype = resolve_dtype(None if a.dtype == "auto" else a.dtype, "cpu")
+    dtype = resolve_dtype(a.dtype, "cpu")
     print(f"threads {torch.get_num_threads()}, native bf16: {resolve_dtype(None, 'cpu')}, "
           f"load {os.getloadavg()[0]:.1f}")
     print("| model, dtype, batch | core.generate | HF generate | ratio | notes |")

