@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from icml26.core.errors import UserError
+
 __all__ = ["summarize", "time_to_finish", "over_seeds"]
 
 
@@ -24,7 +26,8 @@ def _stats(prefix: str, x: np.ndarray) -> dict[str, float]:
 def summarize(records: Sequence) -> dict[str, float]:
     """Mean / P50 / P90 / P99 of TTFT, e2e, PTLA and TPOT, plus throughput and counts."""
     if not records:
-        raise ValueError("summarize needs at least one finished request")
+        # a UserError (a ValueError): the CLIs print it without a traceback
+        raise UserError("no finished requests to summarize (an empty trace, or every request was dropped)")
     arr = np.array([r.arrival_s for r in records])
     first = np.array([r.first_token_s for r in records])
     fin = np.array([r.finish_s for r in records])

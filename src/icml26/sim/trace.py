@@ -14,14 +14,22 @@ Schemas read by :func:`load_trace` (``schema="auto"`` picks by header):
   and counted (``load_trace(..., return_dropped=True)``).
 - ``native``: ``id, arrival_s, prompt_tokens, output_tokens[, type][, prompt]`` (what
   :func:`write_trace` writes).
+
+A UTF-8 byte-order mark is accepted. Rows out of time order (a merged or hand-edited file) are
+sorted by arrival (``order="sort"``, the default) with a :class:`TraceOrderWarning` that names
+the file, the first such row and how many there are (Python prints it once on stderr); arrivals
+are measured from the *earliest* row, so none is negative. ``order="strict"`` refuses such a
+file instead, with a :class:`~icml26.core.errors.UserError` naming file, row and column.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,7 +41,12 @@ import numpy as np
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_open
 
-__all__ = ["Request", "LengthDist", "RequestType", "load_trace", "write_trace", "synthetic_trace"]
+__all__ = ["Request", "LengthDist", "RequestType", "TraceOrderWarning", "load_trace", "write_trace",
+           "synthetic_trace"]
+
+
+class TraceOrderWarning(UserWarning):
+    """A trace's rows were not in time order; :func:`load_trace` sorted them."""
 
 
 @dataclass(frozen=True)
@@ -85,24 +98,47 @@ def _int_field(value: str, path: Path, row: int, col: str, minimum: int) -> int:
     return int(f)
 
 
-def load_trace(path: str | os.PathLike, schema: str = "auto", *, return_dropped: bool = False,
-               limit: int | None = None):
-    """Read a trace CSV into a list of :class:`Request` sorted by arrival (ids = row numbers).
+def _seconds(value, path: Path, row: int, col: str) -> float:
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{path}: row {row}, column {col!r}: expected seconds, got {value!r}") from None
+    if not math.isfinite(t) or t < 0:
+        raise UserError(f"{path}: row {row}, column {col!r}: expected finite seconds >= 0, got {value!r}")
+    return t
 
-    Errors name the file, the row (1 = first data row) and the column. ``limit`` stops after that
-    many requests. With ``return_dropped`` returns ``(requests, n_dropped)`` (BurstGPT failures).
+
+def load_trace(path: str | os.PathLike, schema: str = "auto", *, return_dropped: bool = False,
+               limit: int | None = None, order: str = "sort"):
+    """Read a trace CSV into a list of :class:`Request` sorted by arrival (ids = row numbers - 1).
+
+    Errors (:class:`~icml26.core.errors.UserError`) name the file, the row (1 = first data row)
+    and the column: a missing column, a token count that is not an integer >= 1, an unparseable
+    or negative time, a file with no requests. ``limit`` stops after that many requests (in file
+    order). With ``return_dropped`` returns ``(requests, n_dropped)`` (BurstGPT failures).
+    ``order``: ``"sort"`` sorts rows that are out of time order, with a
+    :class:`TraceOrderWarning`; ``"strict"`` raises instead.
     """
     path = Path(path)
     if schema not in ("auto", *SCHEMAS):
         raise UserError(f"unknown trace schema {schema!r}; use auto, {', '.join(SCHEMAS)}")
+    if order not in ("sort", "strict"):
+        raise UserError(f"unknown trace order {order!r}; use sort or strict")
+    if limit is not None and limit < 1:
+        raise UserError(f"limit must be >= 1 (requests); got {limit}")
     if not path.is_file():
         raise UserError(f"trace file not found: {path}")
-    with path.open(newline="", encoding="utf-8") as f:
+    with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: accept a byte-order mark
         reader = csv.DictReader(f)
-        header = [h.strip() for h in (reader.fieldnames or [])]
+        if reader.fieldnames is None:
+            raise UserError(f"{path}: empty file (expected a header row and one row per request)")
+        header = [h.strip() for h in reader.fieldnames]
         reader.fieldnames = header
         if schema == "auto":
             found = [s for s, cols in SCHEMAS.items() if all(c in header for c in cols)]
+            # a header with a schema's time column and some of its others: name what is missing
+            found = found or [s for s, cols in SCHEMAS.items()
+                              if cols[0] in header and any(c in header for c in cols[1:])]
             if not found:
                 raise UserError(
                     f"{path}: unknown trace header {header}; expected Azure "
@@ -112,43 +148,56 @@ def load_trace(path: str | os.PathLike, schema: str = "auto", *, return_dropped:
         missing = [c for c in SCHEMAS[schema] if c not in header]
         if missing:
             raise UserError(f"{path}: missing column(s) {missing} for schema {schema!r}; header is {header}")
-        out, dropped, t0 = [], 0, None
+        time_col = SCHEMAS[schema][0]
+        out, times, dropped = [], [], 0
+        first_back, n_back, last = None, 0, -math.inf
         for i, row in enumerate(reader, start=1):
             if schema == "azure":
                 try:
                     t = _parse_datetime(row["TIMESTAMP"])
-                except (TypeError, ValueError):
+                except (AttributeError, TypeError, ValueError):
                     raise UserError(f"{path}: row {i}, column 'TIMESTAMP': unparseable datetime "
                                     f"{row['TIMESTAMP']!r}") from None
-                t0 = t if t0 is None else t0
-                out.append(Request(i - 1, t - t0, _int_field(row["ContextTokens"], path, i, "ContextTokens", 1),
-                                   _int_field(row["GeneratedTokens"], path, i, "GeneratedTokens", 1)))
+                req = Request(i - 1, 0.0, _int_field(row["ContextTokens"], path, i, "ContextTokens", 1),
+                              _int_field(row["GeneratedTokens"], path, i, "GeneratedTokens", 1))
             elif schema == "burstgpt":
-                try:
-                    t = float(row["Timestamp"])
-                except (TypeError, ValueError):
-                    raise UserError(f"{path}: row {i}, column 'Timestamp': expected seconds, got "
-                                    f"{row['Timestamp']!r}") from None
+                t = _seconds(row["Timestamp"], path, i, "Timestamp")
                 resp = _int_field(row["Response tokens"], path, i, "Response tokens", 0)
                 if resp == 0:
                     dropped += 1
                     continue
-                out.append(Request(i - 1, t, _int_field(row["Request tokens"], path, i, "Request tokens", 1),
-                                   resp, type=row.get("Model") or None))
+                req = Request(i - 1, 0.0, _int_field(row["Request tokens"], path, i, "Request tokens", 1),
+                              resp, type=row.get("Model") or None)
             else:
-                try:
-                    t = float(row["arrival_s"])
-                except (TypeError, ValueError):
-                    raise UserError(f"{path}: row {i}, column 'arrival_s': expected seconds, got "
-                                    f"{row['arrival_s']!r}") from None
+                t = _seconds(row["arrival_s"], path, i, "arrival_s")
                 rid = row.get("id")
-                out.append(Request(int(rid) if rid and rid.isdigit() else (rid or i - 1), t,
-                                   _int_field(row["prompt_tokens"], path, i, "prompt_tokens", 1),
-                                   _int_field(row["output_tokens"], path, i, "output_tokens", 1),
-                                   prompt=row.get("prompt") or None, type=row.get("type") or None))
+                req = Request(int(rid) if rid and rid.isdigit() else (rid or i - 1), 0.0,
+                              _int_field(row["prompt_tokens"], path, i, "prompt_tokens", 1),
+                              _int_field(row["output_tokens"], path, i, "output_tokens", 1),
+                              prompt=row.get("prompt") or None, type=row.get("type") or None)
+            if t < last:
+                if order == "strict":
+                    raise UserError(f"{path}: row {i}, column {time_col!r}: {row[time_col]!r} is earlier than "
+                                    f"the row before it (rows must be in time order; order='sort' sorts them)")
+                n_back += 1
+                first_back = first_back or i
+            last = max(last, t)
+            out.append(req)
+            times.append(t)
             if limit is not None and len(out) >= limit:
                 break
-    out.sort(key=lambda r: r.arrival_s)
+    if not out:
+        what = (f"all {dropped} rows have 0 response tokens (failed requests)" if dropped
+                else "a header and no data rows")
+        raise UserError(f"{path}: no requests: {what}")
+    if n_back:
+        warnings.warn(TraceOrderWarning(
+            f"{path}: {n_back} row(s) are out of time order (first: row {first_back}, column {time_col!r}); "
+            "sorted by arrival"), stacklevel=2)
+    # Azure times are absolute: measure from the earliest row (the first one when sorted)
+    t0 = min(times) if schema == "azure" else 0.0
+    idx = sorted(range(len(out)), key=lambda j: times[j])
+    out = [dataclasses.replace(out[j], arrival_s=times[j] - t0) for j in idx]
     return (out, dropped) if return_dropped else out
 
 
