@@ -60,6 +60,8 @@ def fit_cmd(
     lengths: Path = typer.Argument(..., help="JSON from sample-lengths"),
     out: Path = typer.Option(Path("fits.json"), "-o", "--out"),
     ks_boot: int = typer.Option(0, help="parametric-bootstrap KS replicates (0: skip KS)"),
+    cap: int = typer.Option(None, help="the sampler's max new tokens: bootstrap replicates are censored there "
+                                       "like the data (default: a prompt's smallest censored length, else none)"),
 ):
     """Fit log-t (nu=3.5 and free) and log-normal per prompt; optional KS tests."""
     import numpy as np
@@ -70,19 +72,34 @@ def fit_cmd(
 
     if not lengths.is_file():
         raise UserError(f"lengths file not found: {lengths}")
+    if ks_boot < 0:
+        raise UserError(f"--ks-boot must be >= 0; got {ks_boot}")
+    if cap is not None and cap < 2:
+        raise UserError(f"--cap must be >= 2 tokens; got {cap}")
     data = json.loads(lengths.read_text(encoding="utf-8"))
     res, passes = {}, {"logt": [], "logt_free": [], "lognormal": []}
+    if not isinstance(data, dict):
+        raise UserError(f"{lengths}: expected a JSON object {{prompt key: {{lengths, censored}}}}")
     for key, e in data.items():
-        L, c = np.array(e["lengths"]), np.array(e["censored"])
+        try:
+            L, c = np.array(e["lengths"], dtype=float), np.array(e["censored"], dtype=bool)
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{lengths}: prompt {key}: need 'lengths' (integers) and 'censored' (booleans)") from None
         if L.size < 2:
             raise UserError(f"{lengths}: prompt {key} has {L.size} samples; need >= 2")
-        t, tf, ln = fit_logt(L, c), fit_logt(L, c, nu=None), fit_lognormal(L, c)
-        r = {"mu": t.mu, "sigma": t.sigma, "free": [tf.mu, tf.sigma, tf.nu], "lognormal": [ln.mu, ln.sigma]}
-        if ks_boot:
-            for name, fam, nu in (("logt", "logt", 3.5), ("logt_free", "logt", None), ("lognormal", "lognormal", 3.5)):
-                _, p = ks_test(L, c, fam, nu, n_boot=ks_boot)
-                r[f"ks_p_{name}"] = p
-                passes[name].append(p > 0.05)
+        if cap is not None and L.max() > cap:
+            raise UserError(f"{lengths}: prompt {key}: a length {int(L.max())} exceeds --cap {cap}")
+        try:
+            t, tf, ln = fit_logt(L, c), fit_logt(L, c, nu=None), fit_lognormal(L, c)
+            r = {"mu": t.mu, "sigma": t.sigma, "free": [tf.mu, tf.sigma, tf.nu], "lognormal": [ln.mu, ln.sigma]}
+            if ks_boot:
+                for name, fam, nu in (("logt", "logt", 3.5), ("logt_free", "logt", None),
+                                      ("lognormal", "lognormal", 3.5)):
+                    _, p = ks_test(L, c, fam, nu, cap=cap, n_boot=ks_boot)
+                    r[f"ks_p_{name}"] = p
+                    passes[name].append(p > 0.05)
+        except ValueError as exc:
+            raise UserError(f"{lengths}: prompt {key}: {exc}") from None
         res[key] = r
     atomic_write_json(out, res)
     msg = f"{len(res)} prompts fitted -> {out}"

@@ -20,7 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special, stats
 
-__all__ = ["LogT", "fit_logt", "fit_lognormal", "ks_statistic", "ks_test", "loglik"]
+__all__ = ["LogT", "fit_logt", "fit_lognormal", "ks_statistic", "ks_test", "loglik", "MAX_LENGTH"]
+
+#: the largest integer length a draw is given: float64 holds integers exactly up to 2**53, and a
+#: heavy log-t tail (small nu, large sigma, no cap) otherwise overflows the int64 cast
+MAX_LENGTH = 2**53
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,9 @@ class LogT:
         return np.exp(np.clip(self.mu + self.sigma * t, -700, 700))
 
     def sample_lengths(self, rng: np.random.Generator, n: int, cap: int | None = None):
-        """Integer lengths ``ceil(X)`` and censor flags (``L >= cap`` becomes ``cap``, True)."""
-        L = np.maximum(np.ceil(self.sample(rng, n)), 1)
+        """Integer lengths ``ceil(X)`` in ``[1, MAX_LENGTH]`` and censor flags (``L >= cap``
+        becomes ``cap``, True)."""
+        L = np.clip(np.ceil(self.sample(rng, n)), 1, MAX_LENGTH)
         if cap is None:
             return L.astype(np.int64), np.zeros(n, dtype=bool)
         return np.minimum(L, cap).astype(np.int64), cap <= L
