@@ -13,9 +13,13 @@ batch) take? Both models here implement
 
 :class:`RooflineCost` derives times from a :class:`ModelSpec` and a :class:`HardwareSpec`:
 ``max(FLOPs / (peak * mfu), bytes / (bandwidth * mbu)) + overhead`` per iteration, with weights
-read once per iteration and each sequence's KV read once. :class:`LinearCost` is
-``a + b_new * sum(new) + b_seq * n_seqs + c_ctx * sum(context)``, fitted by least squares to a
-measured profile (CSV with columns ``new_tokens, num_seqs, context_tokens, time_s``).
+read once per iteration and each sequence's KV read once; a constant MFU and perfect TP/PP
+scaling (kept for backward compatibility: its ``pp`` prices *one* stage). The layout-aware model
+(per-GPU GEMM efficiency, alpha-beta collectives, pipeline rounds) is
+:class:`icml26.sim.replica.ReplicaCost`. :class:`LinearCost` is ``a + b_new * sum(new) + b_seq *
+n_seqs + c_ctx * sum(context + new) + d_attn * sum(attention pairs)``, fitted by least squares to
+a measured profile (CSV with columns ``new_tokens, num_seqs, context_tokens, time_s`` and,
+optionally, ``attn_tokens``).
 """
 
 from __future__ import annotations
@@ -172,11 +176,13 @@ class CostModel:
 
 
 class RooflineCost(CostModel):
-    """Roofline iteration times of ``model`` on ``tp x pp`` copies of ``hw``.
+    """Roofline iteration times of ``model`` on ``tp x pp`` copies of ``hw`` (the legacy model).
 
     Tensor parallelism divides FLOPs and bytes by ``tp`` and adds two all-reduces of the batch's
-    activations per layer; pipeline parallelism divides them by ``pp`` (one stage's time: the
-    steady-state iteration rate) and adds ``pp - 1`` activation transfers.
+    activations per layer (bytes only, no latency); pipeline parallelism divides them by ``pp``
+    (one stage's time, so ``pp > 1`` would *lower* a lone request's latency: use it only as a
+    stage cost, as ``oserve.capacity.PipelineCost`` does) and adds ``pp - 1`` transfers.
+    For layouts use :class:`icml26.sim.replica.ReplicaCost`, which prices whole pipeline rounds.
     """
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec, tp: int = 1, pp: int = 1,
@@ -248,15 +254,22 @@ def _sum_max_affine(a0: float, da: float, b0: float, db: float, k: int) -> float
 
 @dataclass(frozen=True)
 class LinearCost(CostModel):
-    """``t = a + b_new * sum(new) + b_seq * n_seqs + c_ctx * sum(context + new)`` seconds."""
+    """``t = a + b_new * sum(new) + b_seq * n_seqs + c_ctx * sum(context + new)
+    + d_attn * sum(attention pairs)`` seconds.
+
+    A sequence with ``n`` new tokens on ``c`` cached ones attends ``n c + n (n + 1) / 2``
+    (query, key) pairs: the quadratic prefill-attention term. For decodes (``n = 1``) it is
+    ``c + 1``, the same as the context term, so a decode-only profile cannot separate them.
+    """
 
     a: float
     b_new: float
     b_seq: float = 0.0
     c_ctx: float = 0.0
+    d_attn: float = 0.0
 
     def __post_init__(self) -> None:
-        for f in ("a", "b_new", "b_seq", "c_ctx"):
+        for f in ("a", "b_new", "b_seq", "c_ctx", "d_attn"):
             v = getattr(self, f)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"LinearCost.{f} must be finite and >= 0; got {v}")
@@ -264,42 +277,72 @@ class LinearCost(CostModel):
     def forward_time(self, new_tokens: Sequence[int], contexts: Sequence[int]) -> float:
         if len(new_tokens) == 0:
             return 0.0
-        n, c = float(np.sum(new_tokens)), float(np.sum(contexts))
-        return self.a + self.b_new * n + self.b_seq * len(new_tokens) + self.c_ctx * (c + n)
+        nv = np.asarray(new_tokens, dtype=float)
+        cv = np.asarray(contexts, dtype=float)
+        n, c = float(nv.sum()), float(cv.sum())
+        t = self.a + self.b_new * n + self.b_seq * len(new_tokens) + self.c_ctx * (c + n)
+        if self.d_attn:
+            t += self.d_attn * float((nv * cv + nv * (nv + 1) / 2).sum())
+        return t
 
     def decode_run_time(self, contexts: Sequence[int], k: int) -> float:
         if k <= 0 or len(contexts) == 0:
             return 0.0
         b, s = len(contexts), float(np.sum(contexts))
         per = self.a + (self.b_new + self.b_seq) * b
-        return k * per + self.c_ctx * (k * (s + b) + b * k * (k - 1) / 2)
+        # decode: context term and attention term both sum (c + 1) over sequences
+        return k * per + (self.c_ctx + self.d_attn) * (k * (s + b) + b * k * (k - 1) / 2)
 
     @classmethod
     def fit(cls, profile: str | os.PathLike | Sequence[Mapping[str, float]]) -> LinearCost:
         """Non-negative least squares on rows with ``new_tokens, num_seqs, context_tokens, time_s``
-        (a CSV path or a list of dicts); ``context_tokens`` counts cached tokens before the step."""
+        (a CSV path or a list of dicts); ``context_tokens`` counts cached tokens before the step.
+
+        An optional ``attn_tokens`` column (sum over the step's sequences of ``n c + n (n+1)/2``)
+        fits ``d_attn`` too; then every row needs it (a single-sequence row without it is
+        computed from its other columns). Without the column ``d_attn`` is 0.
+        """
         from scipy.optimize import nnls
 
         rows = profile
+        src = "profile"
         if isinstance(profile, (str, os.PathLike)):
             path = Path(profile)
+            src = f"profile {path}"
             if not path.is_file():
                 raise UserError(f"profile file not found: {path}")
-            with path.open(newline="", encoding="utf-8") as f:
+            with path.open(newline="", encoding="utf-8-sig") as f:
                 rows = list(csv.DictReader(f))
         need = ("new_tokens", "num_seqs", "context_tokens", "time_s")
+        with_attn = any(r.get("attn_tokens") not in (None, "") for r in rows)
         X, y = [], []
         for i, r in enumerate(rows, start=1):
             try:
                 n, b, c, t = (float(r[k]) for k in need)
             except (KeyError, TypeError, ValueError):
-                raise UserError(f"profile row {i}: need numeric columns {', '.join(need)}; got {dict(r)}") from None
-            X.append([1.0, n, b, c + n])
+                raise UserError(f"{src} row {i}: need numeric columns {', '.join(need)}; got {dict(r)}") from None
+            x = [1.0, n, b, c + n]
+            if with_attn:
+                raw = r.get("attn_tokens")
+                if raw in (None, ""):
+                    if b != 1:
+                        raise UserError(f"{src} row {i}, field 'attn_tokens': missing, and it cannot be "
+                                        f"derived for num_seqs={b:g} (other rows have it)")
+                    att = n * c + n * (n + 1) / 2
+                else:
+                    try:
+                        att = float(raw)
+                    except (TypeError, ValueError):
+                        raise UserError(f"{src} row {i}, field 'attn_tokens': expected a number; got {raw!r}") from None
+                x.append(att)
+            X.append(x)
             y.append(t)
-        if len(X) < 4:
-            raise UserError(f"profile needs at least 4 rows to fit 4 coefficients; got {len(X)}")
+        k = 5 if with_attn else 4
+        if len(X) < k:
+            raise UserError(f"{src} needs at least {k} rows to fit {k} coefficients; got {len(X)}")
         X, y = np.array(X), np.array(y)
         scale = X.max(0)
+        scale[scale == 0] = 1.0
         coef, _ = nnls(X / scale, y)
         coef = coef / scale
         return cls(*(float(v) for v in coef))

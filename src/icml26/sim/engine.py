@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from icml26.core.errors import UserError
 from icml26.sim.trace import Request
 
 __all__ = ["EngineConfig", "Seq", "WaitingQueue", "FCFSQueue", "PriorityQueue", "Engine", "Router",
@@ -43,13 +44,20 @@ __all__ = ["EngineConfig", "Seq", "WaitingQueue", "FCFSQueue", "PriorityQueue", 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Engine limits, vLLM names. ``kv_tokens``: KV capacity in tokens (None = unlimited)."""
+    """Engine limits, vLLM names. ``kv_tokens``: KV capacity in tokens (None = unlimited).
+
+    ``oversize``: what :meth:`Engine.add` does with a request whose prompt + output cannot fit the
+    whole KV cache: ``"error"`` (default) raises a :class:`~icml26.core.errors.UserError` naming
+    the request; ``"drop"`` refuses it as vLLM does (the engine keeps serving) and keeps it in
+    ``Engine.rejected`` so the caller can count and report it.
+    """
 
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 8192
     kv_tokens: int | None = None
     block_size: int = 16
     skip_ahead: bool = True
+    oversize: str = "error"
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -60,6 +68,30 @@ class EngineConfig:
             raise ValueError(f"block_size must be >= 1; got {self.block_size}")
         if self.kv_tokens is not None and self.kv_tokens < self.block_size:
             raise ValueError(f"kv_tokens must be >= block_size; got {self.kv_tokens}")
+        if self.oversize not in ("error", "drop"):
+            raise ValueError(f"oversize must be 'error' or 'drop'; got {self.oversize!r}")
+
+    @classmethod
+    def scaled(cls, kv_tokens: int, *, context_tokens: int = 2048, seq_cap: int = 1024,
+               token_cap: int = 8192, token_floor: int = 2048, **fields) -> EngineConfig:
+        """The limits an operator sets for a replica that holds ``kv_tokens`` KV tokens.
+
+        ``max_num_seqs = clamp(kv_tokens // context_tokens, 1, seq_cap)``: as many sequences as
+        the cache holds at a typical ``context_tokens`` (prompt + output), capped at vLLM's
+        default for 80 GB-class GPUs (1024). ``max_num_batched_tokens = max(max_num_seqs,
+        clamp(kv_tokens // 8, token_floor, token_cap))``: vLLM's server defaults are 2048
+        (smaller GPUs) and 8192 (>= 70 GiB), and one step's chunk should not take more than an
+        eighth of the cache. Any field (``max_num_seqs=``, ``max_num_batched_tokens=``,
+        ``block_size=``, ...) given in ``fields`` overrides the rule.
+        """
+        if kv_tokens < 1:
+            raise ValueError(f"kv_tokens must be >= 1; got {kv_tokens}")
+        if context_tokens < 1:
+            raise ValueError(f"context_tokens must be >= 1; got {context_tokens}")
+        seqs = fields.pop("max_num_seqs", None) or min(max(kv_tokens // context_tokens, 1), seq_cap)
+        budget = fields.pop("max_num_batched_tokens", None) or max(
+            seqs, min(max(kv_tokens // 8, token_floor), token_cap))
+        return cls(max_num_seqs=int(seqs), max_num_batched_tokens=int(budget), kv_tokens=int(kv_tokens), **fields)
 
 
 class Seq:
@@ -208,6 +240,7 @@ class Engine:
         self.total_blocks = (math.inf if config.kv_tokens is None else config.kv_tokens // config.block_size)
         self.used_blocks = 0
         self.records: list[RequestRecord] = []
+        self.rejected: list[Request] = []  # requests refused because they cannot fit the KV cache
         self.steps = 0
         self._order = itertools.count()
 
@@ -224,10 +257,22 @@ class Engine:
         return bool(self.running) or len(self.queue) > 0
 
     def add(self, req: Request, now: float) -> None:
-        """A request arrives at ``now`` (the engine must not be ahead of ``now`` by more than a step)."""
-        need = -(-(req.prompt_tokens + req.output_tokens) // self.config.block_size)
+        """A request arrives at ``now`` (the engine must not be ahead of ``now`` by more than a step).
+
+        A request whose prompt + output tokens exceed the whole KV cache is refused
+        (``EngineConfig.oversize``): a UserError naming it, or kept in :attr:`rejected`."""
+        cfg = self.config
+        need = -(-(req.prompt_tokens + req.output_tokens) // cfg.block_size)
         if need > self.total_blocks:
-            raise ValueError(f"request {req.id!r} needs {need} KV blocks, engine has {self.total_blocks}")
+            if cfg.oversize == "drop":
+                self.rejected.append(req)
+                return
+            raise UserError(
+                f"request {req.id!r} needs {req.prompt_tokens} + {req.output_tokens} = "
+                f"{req.prompt_tokens + req.output_tokens} KV tokens ({need} KV blocks of {cfg.block_size}), "
+                f"more than engine {self.index}'s whole cache ({cfg.kv_tokens} tokens, {self.total_blocks} blocks); "
+                f"use a layout with more KV, or EngineConfig(oversize='drop') to refuse such requests and "
+                f"count them in Engine.rejected")
         if not self.has_work():
             self.clock = max(self.clock, now)
         self.queue.push(Seq(req), now)
@@ -388,7 +433,9 @@ def simulate(requests: Sequence[Request], engines: Engine | Sequence[Engine],
     """Replay ``requests`` (any order; sorted by arrival here) through ``engines`` on one clock.
 
     Every engine is advanced to each arrival time before the router sees the engines' state.
-    Returns the records of requests that finished before ``horizon_s``, sorted by id.
+    Returns the records of requests that finished before ``horizon_s``, sorted by id. Requests
+    refused for not fitting an engine's KV cache (``EngineConfig(oversize="drop")``) have no
+    record; they are in each engine's ``rejected`` list.
     """
     engines = [engines] if isinstance(engines, Engine) else list(engines)
     if not engines:
