@@ -143,13 +143,44 @@ def train_cmd(
     typer.echo(f"trained on {len(keep)} prompts ({x.shape[1]}-d features) -> {out}")
 
 
+def policy_scores(reqs, max_num_seqs: int, x_max: int) -> dict:
+    """``{policy: (score(request, queue_len) -> float, aged)}`` for the simulate policies but FCFS,
+    from each request's ``meta["mu"]``, ``meta["sigma"]`` (:func:`whatif_predictions`).
+
+    ssjf: the predicted mean E[min(X, x_max)] (a regressor of the length learns the mean);
+    ltr: the predicted median min(exp(mu), x_max) (a ranking model learns the order of the
+    typical length, not its tail); sept / tie: TIE's score with beta = 0 / adaptive beta;
+    oracle: the true length. Only sept and tie age (``aged``), as in the paper's baselines.
+    """
+    import numpy as np
+
+    from icml26.tie.score import tie_score, truncated_mean
+
+    mu = {r.id: r.meta["mu"] for r in reqs}
+    sigma = {r.id: r.meta["sigma"] for r in reqs}
+    ids = list(mu)
+    mean = dict(zip(ids, truncated_mean(np.array([mu[i] for i in ids]), np.array([sigma[i] for i in ids]),
+                                        x_max=x_max).tolist(), strict=True))
+    return {
+        "oracle": (lambda r, q: r.output_tokens, False),
+        "ssjf": (lambda r, q: mean[r.id], False),
+        "ltr": (lambda r, q: min(float(np.exp(mu[r.id])), x_max), False),
+        "sept": (lambda r, q: tie_score(mu[r.id], sigma[r.id], q, max_num_seqs, x_max, beta=0), True),
+        "tie": (lambda r, q: tie_score(mu[r.id], sigma[r.id], q, max_num_seqs, x_max), True),
+    }
+
+
 @app.command("simulate")
 def simulate_cmd(
     trace: Path = typer.Option(..., help="Azure, BurstGPT or native CSV trace"),
     policy: str = typer.Option("tie", help=f"one of {', '.join(SIM_POLICIES)}"),
     max_num_seqs: int = typer.Option(32),
     x_max: int = typer.Option(2048, help="max_tokens cap used by the score"),
-    pred_noise: float = typer.Option(0.5, help="what-if predictor: mu = ln(true length) + N(0, noise), sigma = noise"),
+    pred_noise: float = typer.Option(0.5, help="what-if predictor: the typical sigma of a request's log-t length "
+                                               "distribution, which the true length is one draw of"),
+    sigma_spread: float = typer.Option(0.5, help="what-if predictor: sigma_i = pred_noise * exp(spread * N(0, 1)) "
+                                                 "per request (0: one sigma for all)"),
+    rate_scale: float = typer.Option(1.0, help="multiply the trace's arrival rate (arrival times are divided by it)"),
     model: str = typer.Option("llama3-8b", help="llama3-8b, llama3-70b or a path to an HF config.json"),
     gpu: str = typer.Option("h100", help="h100 or h200"),
     tp: int = typer.Option(1),
@@ -158,9 +189,14 @@ def simulate_cmd(
 ):
     """Replay a trace through the simulated engine with one waiting-queue policy; print metrics.
 
-    Traces carry no prompts, so predicted policies use a *what-if* predictor of the given noise on
-    the true length (documented in docs/tie.md); FCFS and oracle need no predictor.
+    Traces carry no prompts, so predicted policies use a *what-if* predictor
+    (:func:`icml26.tie.lengths.whatif_predictions`, documented in docs/tie.md): SSJF ranks by
+    the predicted mean E[min(X, x_max)], LTR by the predicted median exp(mu) (the rank order a
+    ranking model learns), both without aging; SEPT and TIE use TIE's score with aging (SEPT:
+    beta = 0). FCFS and oracle (SJF on the true length) need no predictor.
     """
+    import dataclasses
+
     import numpy as np
 
     from icml26.core.errors import UserError
@@ -175,34 +211,39 @@ def simulate_cmd(
         simulate,
         summarize,
     )
+    from icml26.tie.lengths import whatif_predictions
     from icml26.tie.queue import QueueConfig, TIEQueue
-    from icml26.tie.score import tie_score
 
     if policy not in SIM_POLICIES:
         raise UserError(f"unknown policy {policy!r}; use one of {', '.join(SIM_POLICIES)}")
-    if pred_noise <= 0:
-        raise UserError(f"pred_noise must be > 0; got {pred_noise}")
+    if not pred_noise > 0:
+        raise UserError(f"--pred-noise must be > 0; got {pred_noise}")
+    if not sigma_spread >= 0:
+        raise UserError(f"--sigma-spread must be >= 0; got {sigma_spread}")
+    if not (rate_scale > 0 and np.isfinite(rate_scale)):
+        raise UserError(f"--rate-scale must be > 0; got {rate_scale}")
     reqs, dropped = load_trace(trace, return_dropped=True, limit=limit)
+    if rate_scale != 1.0:
+        reqs = [dataclasses.replace(r, arrival_s=r.arrival_s / rate_scale) for r in reqs]
     specs = {"llama3-8b": ModelSpec.llama3_8b, "llama3-70b": ModelSpec.llama3_70b}
     spec = specs[model]() if model in specs else ModelSpec.from_hf_config(model)
     hws = {"h100": HardwareSpec.h100, "h200": HardwareSpec.h200}
     if gpu not in hws:
         raise UserError(f"unknown gpu {gpu!r}; use h100 or h200")
     cost = RooflineCost(spec, hws[gpu](), tp=tp)
-    rng = np.random.default_rng(seed)
-    mu = {r.id: float(np.log(min(r.output_tokens, x_max)) + rng.normal(0, pred_noise)) for r in reqs}
-    qc = QueueConfig(x_max=x_max)
-    noage = QueueConfig(x_max=x_max, gamma=1.0)
-    queues = {
-        "fcfs": FCFSQueue,
-        "oracle": lambda: TIEQueue(lambda r, q: r.output_tokens, noage),
-        "ssjf": lambda: TIEQueue(lambda r, q: min(np.exp(mu[r.id]), x_max), noage),
-        "ltr": lambda: TIEQueue(lambda r, q: min(np.exp(mu[r.id]), x_max), noage),
-        "sept": lambda: TIEQueue(lambda r, q: tie_score(mu[r.id], pred_noise, q, max_num_seqs, x_max, beta=0), qc),
-        "tie": lambda: TIEQueue(lambda r, q: tie_score(mu[r.id], pred_noise, q, max_num_seqs, x_max), qc),
-    }
-    eng = Engine(EngineConfig(max_num_seqs=max_num_seqs, kv_tokens=cost.kv_capacity_tokens()), cost, queues[policy]())
+    reqs = whatif_predictions(reqs, pred_noise, sigma_spread, seed=seed)
+    scores = policy_scores(reqs, max_num_seqs, x_max)
+    if policy == "fcfs":
+        queue = FCFSQueue()
+    else:
+        fn, aged = scores[policy]
+        queue = TIEQueue(fn, QueueConfig(x_max=x_max) if aged else QueueConfig(x_max=x_max, gamma=1.0))
+    eng = Engine(EngineConfig(max_num_seqs=max_num_seqs, kv_tokens=cost.kv_capacity_tokens()), cost, queue)
     s = summarize(simulate(reqs, eng))
-    typer.echo(f"{len(reqs)} requests ({dropped} failed rows dropped), policy {policy}, {spec.name} on {tp}x{gpu}")
-    for k in ("ptla_mean", "ptla_p90", "ttft_mean", "ttft_p90", "e2e_mean", "tpot_mean", "throughput_tok_s", "preemptions"):
-        typer.echo(f"  {k:18s} {s[k]:.4f}")
+    span = max(r.arrival_s for r in reqs) - min(r.arrival_s for r in reqs)
+    rate = f"{(len(reqs) - 1) / span:.3f} req/s" if span > 0 else "all at t=0"
+    typer.echo(f"{len(reqs)} requests ({dropped} failed rows dropped; arrival rate {rate}, x{rate_scale:g}), "
+               f"policy {policy}, {spec.name} on {tp}x{gpu}")
+    for k in ("ptla_mean", "ptla_p50", "ptla_p90", "ptla_p99", "ttft_mean", "ttft_p50", "ttft_p99",
+              "e2e_mean", "e2e_p50", "e2e_p99", "tpot_mean", "throughput_tok_s", "preemptions"):
+        typer.echo(f"  {k:18s} {s.get(k, float('nan')):.4f}")

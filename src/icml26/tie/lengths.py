@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special, stats
 
-__all__ = ["LogT", "fit_logt", "fit_lognormal", "ks_statistic", "ks_test", "loglik", "MAX_LENGTH"]
+__all__ = ["LogT", "fit_logt", "fit_lognormal", "ks_statistic", "ks_test", "loglik", "MAX_LENGTH",
+           "whatif_predictions"]
 
 #: the largest integer length a draw is given: float64 holds integers exactly up to 2**53, and a
 #: heavy log-t tail (small nu, large sigma, no cap) otherwise overflows the int64 cast
@@ -208,3 +209,32 @@ def ks_test(lengths, censored=None, family: str = "logt", nu: float | None = 3.5
             xb[-1] = xb[-1] + 1 if cap is None or xb[-1] + 1 < cap else xb[-1]
         hits += ks_statistic(fit(xb, cb), xb, cb) >= D - 1e-12
     return D, (1 + hits) / (1 + n_boot)
+
+
+def whatif_predictions(requests, noise: float = 0.5, spread: float = 0.5, nu: float = 3.5, seed: int = 0) -> list:
+    """Attach a *what-if* log-t prediction to each request of a trace that has no prompts.
+
+    The story: each request's prompt has its own output-length distribution ``LogT(mu_i, sigma_i,
+    nu)`` and the trace's ``output_tokens`` is one draw from it; the predictor knows that
+    distribution. So ``sigma_i = noise * exp(spread * Z_i)`` (``Z_i`` standard normal: prompts
+    differ in how dispersed their lengths are) and ``mu_i = ln(output_tokens) - sigma_i * T_i``
+    (``T_i ~ t(nu)``; ``nu = inf``: normal). ``noise`` is the typical sigma, so it also sets how
+    far the median ``exp(mu_i)`` misses the true length; ``spread = 0`` gives every request the
+    same sigma (then TIE's tail term cannot change the order). Returns copies of the requests
+    with ``meta["mu"]`` and ``meta["sigma"]`` (floats, nats) added; the input is not changed.
+    """
+    import dataclasses
+
+    if not (noise > 0 and math.isfinite(noise)):
+        raise ValueError(f"noise must be > 0; got {noise}")
+    if not spread >= 0:
+        raise ValueError(f"spread must be >= 0; got {spread}")
+    if not nu > 1:
+        raise ValueError(f"nu must be > 1; got {nu}")
+    rng = np.random.default_rng(seed)
+    n = len(requests)
+    sigma = noise * np.exp(spread * rng.standard_normal(n))
+    t = rng.standard_normal(n) if math.isinf(nu) else rng.standard_t(nu, n)
+    mu = np.log([float(r.output_tokens) for r in requests]) - sigma * t
+    return [dataclasses.replace(r, meta={**r.meta, "mu": float(mu[i]), "sigma": float(sigma[i])})
+            for i, r in enumerate(requests)]
