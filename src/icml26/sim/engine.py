@@ -284,10 +284,23 @@ class Engine:
         sched: dict[Seq, int] = {}
         preempted = False
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = min(seq.known - seq.computed, budget)
-            need = self._blocks_for(seq, n)
+        bs, total = cfg.block_size, self.total_blocks
+        running = self.running
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            c = seq.computed
+            n = seq.req.prompt_tokens + seq.generated - c  # uncached known tokens (seq.known - computed)
+            if n > budget:
+                n = budget
+            need = -(-(c + n) // bs) - seq.blocks
+            if need <= 0 or need <= total - self.used_blocks:  # fast path: fits (no preemption)
+                if need > 0:
+                    self.used_blocks += need
+                    seq.blocks += need
+                sched[seq] = n
+                budget -= n
+                i += 1
+                continue
             while need > self.total_blocks - self.used_blocks:
                 victim = max(self.running, key=self.queue.victim_key)
                 vi = self.running.index(victim)
@@ -334,7 +347,7 @@ class Engine:
         self.steps += 1
         for seq, n in sched.items():
             seq.computed += n
-            if seq.computed == seq.known:
+            if seq.computed == seq.req.prompt_tokens + seq.generated:  # all known tokens cached
                 self._emit(seq, 1)
 
     def _emit(self, seq: Seq, k: int) -> None:
@@ -356,7 +369,7 @@ class Engine:
         """Advance ``k >= 2`` decode-only steps at once when nothing can change the batch before
         the last of them ends; returns whether it did."""
         run = self.running
-        if not run or any(s.known - s.computed != 1 for s in run):
+        if not run or any(s.req.prompt_tokens + s.generated - s.computed != 1 for s in run):
             return False
         cfg = self.config
         if len(self.queue) and len(run) < cfg.max_num_seqs:
