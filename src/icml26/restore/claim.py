@@ -82,6 +82,8 @@ def _model(ctx: RunContext):
         model = load_tiny_llava()
         built = time.time() - t0
     label = "tiny LLaVA: vision tower pre-trained on attribute labels, then projector + LM on scenes QA"
+    if not folder:
+        label += f" (trained in {model_dir().name.rsplit('-', 1)[-1]}; the CPU dtype policy's choice)"
     return model.to(ctx.device), N_IMAGE_TOKENS, label + ("" if built else " (cached)"), built
 
 
