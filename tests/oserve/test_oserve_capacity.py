@@ -64,8 +64,12 @@ def test_check_placement_errors():
         check_placement([ReplicaConfig(2, 1, (15, 16))], cl, m)
     with pytest.raises(UserError, match="spans nodes"):
         check_placement([ReplicaConfig(2, 1, (7, 8))], cl, m)
-    with pytest.raises(UserError, match="does not divide 64"):
+    with pytest.raises(UserError, match="tp=3 does not divide Llama-2-70B's 64 attention heads"):
         check_placement([ReplicaConfig(3, 1, (0, 1, 2))], cl, m)
+    with pytest.raises(UserError, match="replica 0: pp=3 does not divide Llama-2-70B's 80 layers"):
+        check_placement([ReplicaConfig(1, 3, (0, 1, 2))], cl, m)
+    with pytest.raises(UserError, match=r"replica 1: tp=1 pp=1 \(1 x H100.*cannot hold Llama-2-70B's 138 GB"):
+        check_placement([ReplicaConfig(4, 1, (0, 1, 2, 3)), ReplicaConfig(1, 1, (4,))], cl, m)
 
 
 @pytest.mark.parametrize("lay,j", [((1, 1), 1), ((1, 1), 3), ((2, 1), 2), ((1, 2), 3), ((1, 1), 0)])

@@ -121,6 +121,6 @@ def test_plan_cli_with_profile(tmp_path):
     plan = json.loads((out / "plan.json").read_text())
     assert plan["cost_model"] == f"profile {prof}"
     assert {(d["tp"], d["pp"]) for d in plan["replicas"]} <= {(1, 1), (2, 1)}
-    r2 = CliRunner().invoke(app, ["simulate", *[a for a in args], "--plan", str(out)])
+    r2 = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--profile", str(prof), "--plan", str(out)])
     assert r2.exit_code == 0, r2.output
     assert "e2e_p99" in r2.output

@@ -198,13 +198,22 @@ def place(configs: Sequence[ReplicaConfig], cluster: Cluster) -> list[ReplicaCon
     return [ReplicaConfig(c.tp, c.pp, tuple(ids[i])) for i, c in enumerate(configs)]
 
 
-def check_placement(configs: Sequence[ReplicaConfig], cluster: Cluster, model: ModelSpec) -> None:
-    """Raise :class:`UserError` for duplicate / out-of-range GPU ids, a stage spanning nodes or a
-    ``tp`` that does not divide the heads."""
+def check_placement(configs: Sequence[ReplicaConfig], cluster: Cluster, model: ModelSpec,
+                    mem_util: float = 0.9) -> None:
+    """Raise :class:`UserError` for a layout that does not fit the model (``tp`` does not divide
+    the heads, ``pp`` does not divide the layers, the weights leave no room for 4096 KV tokens),
+    duplicate / out-of-range GPU ids, or a stage spanning nodes; the message names the replica."""
     seen: set[int] = set()
     for r, c in enumerate(configs):
         if model.n_heads % c.tp:
-            raise UserError(f"replica {r}: tp={c.tp} does not divide {model.n_heads} attention heads")
+            raise UserError(f"replica {r}: tp={c.tp} does not divide {model.name}'s {model.n_heads} attention heads")
+        if model.n_layers % c.pp:
+            raise UserError(f"replica {r}: pp={c.pp} does not divide {model.name}'s {model.n_layers} layers")
+        if not _fits(model, cluster.gpu, c.gpus, mem_util):
+            need = model.n_params * model.dtype_bytes / 1e9
+            raise UserError(f"replica {r}: tp={c.tp} pp={c.pp} ({c.gpus} x {cluster.gpu.name}) cannot hold "
+                            f"{model.name}'s {need:.0f} GB of weights plus 4096 KV tokens at "
+                            f"{mem_util:.0%} memory")
         if c.tp > cluster.gpus_per_node:
             raise UserError(f"replica {r}: tp={c.tp} spans nodes ({cluster.gpus_per_node} GPUs per node)")
         for g in c.gpu_ids:

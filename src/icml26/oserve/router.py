@@ -1,4 +1,5 @@
-"""Routers for :func:`icml26.sim.simulate`: LP weights per request type.
+"""Routers for :func:`icml26.sim.simulate`: LP weights per request type (:class:`WeightedTypeRouter`
+needs the type, an oracle in the simulator; :class:`InputRouter` is what a deployment can run).
 
 :class:`WeightedTypeRouter` sends a type-``j`` request to replica ``k`` in proportion to
 ``x[k, j]`` with smooth weighted round robin (deterministic, no sampling noise): each replica's
@@ -11,7 +12,7 @@ import numpy as np
 
 from icml26.sim.engine import Router
 
-__all__ = ["WeightedTypeRouter"]
+__all__ = ["WeightedTypeRouter", "InputRouter"]
 
 
 class WeightedTypeRouter(Router):
@@ -32,4 +33,47 @@ class WeightedTypeRouter(Router):
         self.credit[:, j] += w
         k = int(np.argmax(self.credit[:, j]))
         self.credit[k, j] -= w.sum()
+        return k
+
+
+class InputRouter(Router):
+    """Routes on what is known when a request arrives: its prompt length, and a predicted output
+    length when one comes with it (``request.meta["pred_output_tokens"]``, e.g. from a TIE
+    predictor sidecar). Never reads ``output_tokens``.
+
+    ``x`` (R, K) req/s from the plan's dispatch, ``types`` the plan's fitted
+    :class:`~icml26.oserve.types.WorkloadTypes`. Each served type j has replica shares
+    ``s[:, j] = x[:, j] / sum_k x[k, j]``; a request with type probabilities ``p`` (K,)
+    (:meth:`~WorkloadTypes.input_posterior`, or one-hot from the predicted length) targets
+    ``q = s @ p`` (renormalised over served types), chosen by smooth weighted round robin on one
+    credit vector: ``credit += q``, the largest credit wins and pays back 1. So each replica gets
+    ``sum q`` of the requests, deterministically. No mass on a served type: least-loaded engine.
+    """
+
+    def __init__(self, x: np.ndarray, types):
+        super().__init__()
+        x = np.asarray(x, dtype=float)
+        tot = x.sum(0)
+        self.served = tot > 0
+        self.share = np.where(self.served[None], x / np.maximum(tot[None], 1e-300), 0.0)
+        self.types = types
+        self.credit = np.zeros(x.shape[0])
+
+    def probabilities(self, req) -> np.ndarray:
+        """The type probabilities (K,) this router uses for ``req``."""
+        pred = req.meta.get("pred_output_tokens") if req.meta else None
+        if pred is not None:
+            p = np.zeros(self.types.k)
+            p[int(self.types.assign_predicted([req.prompt_tokens], [max(float(pred), 1.0)])[0])] = 1.0
+            return p
+        return self.types.input_posterior([req.prompt_tokens])[0]
+
+    def route(self, req, engines, now):
+        p = self.probabilities(req) * self.served
+        if p.sum() <= 1e-12:
+            return min(range(len(engines)), key=lambda i: (len(engines[i].running) + len(engines[i].queue), i))
+        q = self.share @ (p / p.sum())
+        self.credit += q
+        k = int(np.argmax(self.credit))
+        self.credit[k] -= 1.0
         return k
