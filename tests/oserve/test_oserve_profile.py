@@ -89,10 +89,19 @@ def test_bad_profiles_name_the_problem(tmp_path):
         Profile.from_csv(tmp_path / "missing.csv")
     f = tmp_path / "p.csv"
     f.write_text("tensor_parallel,pp,new_tokens,num_seqs,context_tokens,time_s\n1,1,10,1,0,0.01\n")
-    with pytest.raises(UserError, match=r"row 2: need integer columns tp, pp"):
+    with pytest.raises(UserError, match=r"p.csv row 2: missing column\(s\) \['tp'\]"):
+        Profile.from_csv(f)
+    f.write_text("tp,pp,new_tokens,num_seqs,context_tokens,time_s\n1,1,10,1,0,0.01\nx,1,10,1,0,0.01\n")
+    with pytest.raises(UserError, match=r"p.csv row 3: need integer columns tp, pp"):
+        Profile.from_csv(f)
+    f.write_text("tp,pp,new_tokens,num_seqs,context_tokens,time_s\n1,1,10,1,0,0.01\n1,1,10,1,0,-0.5\n")
+    with pytest.raises(UserError, match=r"p.csv row 3, column 'time_s': expected a number > 0"):
+        Profile.from_csv(f)
+    f.write_text("tp,pp,new_tokens,num_seqs,context_tokens,time_s\n1,1,ten,1,0,0.01\n")
+    with pytest.raises(UserError, match=r"p.csv row 2, column 'new_tokens'"):
         Profile.from_csv(f)
     rows = _rows(1, C1, 0, n=3)
-    with pytest.raises(UserError, match=r"layout tp=1 pp=1: .*at least 4 rows"):
+    with pytest.raises(UserError, match=r"p.csv, layout tp=1 pp=1 \(row\(s\) 2, 3, 4\): .*at least 4 rows"):
         Profile.from_rows(rows, "p.csv")
     p = Profile.from_rows(_rows(2, C2, 1), "p.csv")
     cl = Cluster(1, 4, HardwareSpec.h100())

@@ -268,21 +268,36 @@ class Profile:
     @classmethod
     def from_rows(cls, rows, source: str = "profile") -> Profile:
         groups: dict[tuple[int, int], list] = {}
+        lines: dict[tuple[int, int], list[int]] = {}
         for i, r in enumerate(rows, start=2):  # row 1 is the CSV header
+            missing = [c for c in PROFILE_COLUMNS if r.get(c) in (None, "")]
+            if missing:
+                raise UserError(f"{source} row {i}: missing column(s) {missing} "
+                                f"(columns: {', '.join(PROFILE_COLUMNS)}); got {dict(r)}")
             try:
                 tp, pp = int(r["tp"]), int(r["pp"])
-            except (KeyError, TypeError, ValueError):
+            except (TypeError, ValueError):
                 raise UserError(f"{source} row {i}: need integer columns tp, pp "
                                 f"(columns: {', '.join(PROFILE_COLUMNS)}); got {dict(r)}") from None
             if tp < 1 or pp < 1:
                 raise UserError(f"{source} row {i}: tp and pp must be >= 1; got tp={tp}, pp={pp}")
+            for c in PROFILE_COLUMNS[2:]:
+                try:
+                    v = float(r[c])
+                except (TypeError, ValueError):
+                    v = math.nan
+                if not (math.isfinite(v) and (v > 0 if c == "time_s" else v >= 0)):
+                    raise UserError(f"{source} row {i}, column {c!r}: expected a number "
+                                    f"{'> 0 (seconds)' if c == 'time_s' else '>= 0'}; got {r[c]!r}")
             groups.setdefault((tp, pp), []).append(r)
+            lines.setdefault((tp, pp), []).append(i)
         costs = {}
         for lay, rs in sorted(groups.items()):
             try:
                 costs[lay] = LinearCost.fit(rs)
             except UserError as e:
-                raise UserError(f"{source}, layout tp={lay[0]} pp={lay[1]}: {e}") from None
+                where = ", ".join(map(str, lines[lay][:8])) + (", ..." if len(lines[lay]) > 8 else "")
+                raise UserError(f"{source}, layout tp={lay[0]} pp={lay[1]} (row(s) {where}): {e}") from None
         return cls(costs, source)
 
     @classmethod
