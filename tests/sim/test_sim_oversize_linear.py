@@ -67,7 +67,7 @@ def test_fit_recovers_the_attention_coefficient(tmp_path):
         b = int(rng.integers(1, 16))
         new = [int(rng.integers(1, 2000)) if i % 2 else 1 for _ in range(b)]
         ctx = [int(rng.integers(0, 4000)) for _ in range(b)]
-        att = sum(n * c + n * (n + 1) / 2 for n, c in zip(new, ctx))
+        att = sum(n * c + n * (n + 1) / 2 for n, c in zip(new, ctx, strict=True))
         lines.append(f"{sum(new)},{b},{sum(ctx)},{att},{true.forward_time(new, ctx)!r}")
     p = tmp_path / "prof.csv"
     p.write_text("\n".join(lines))
