@@ -43,15 +43,15 @@ CLAIMS: list[Claim] = [
         name="oserve",
         paper="OServe: Accelerating LLM Serving via Spatial-Temporal Workload Orchestration",
         statement="A heterogeneous deployment (per-replica TP/PP) with LP routing per request "
-        "type beats the best homogeneous deployment, more so as the request mix spreads.",
+        "type beats static vLLM and the best homogeneous deployment, more so as the request mix spreads.",
         paper_figure="1.5x average (up to 2x) over static vLLM; 1.14x -> 2.66x as mix CV rises",
         run=lazy("icml26.oserve.claim:run"),
         area=SERVING,
         resources={"full": Resources(cpus=8, memory_gb=16)},
         paper_value=2.66,
         power=PowerSpec(
-            control="the exhaustive-optimum deployment plan against the best homogeneous plan, both LP-routed: P99(homogeneous)/P99(optimum) above 1 on every seed at the headline CV (if even the optimum is homogeneous, no heterogeneous planner can win)",
-            floor="the best homogeneous plan with least-load routing (arm (a)): OServe or the homogeneous plan with LP routing must beat it on every seed",
+            control="the heterogeneity profile (a measured-style profile on which tp1 serves long prompts and tp2 long outputs better per GPU) run through the same pipeline: OServe's plan against the best homogeneous plan, both LP-routed, worst-type P99/SLO ratio above 1 on every seed at the headline load",
+            floor="static vLLM (one homogeneous layout chosen once for the average mix, least-load routing): OServe or a per-trace homogeneous plan must beat it on every run (model x seed) at the headline CV and load",
             degeneracy="OServe's plan differs from the best homogeneous plan (identical plans: the headline is routing noise)",
         ),
     ),

@@ -8,16 +8,20 @@ from icml26.oserve.capacity import (
     check_placement,
     llama2_13b,
     llama2_70b,
+    llama_30b,
     min_gpus,
     place,
     rate_table,
     replica_cost,
+    replica_engine_config,
+    unloaded_latency,
     valid_configs,
 )
 from icml26.oserve.search import Scorer, best_homogeneous, exhaustive, search
 from icml26.oserve.workload import TYPE_LENGTHS, make_trace, mix_weights
-from icml26.sim import Engine, EngineConfig, FCFSQueue, simulate
-from icml26.sim.cost import HardwareSpec, RooflineCost
+from icml26.sim import Engine, FCFSQueue, simulate
+from icml26.sim.cost import HardwareSpec
+from icml26.sim.replica import ReplicaCost
 
 H100 = HardwareSpec.h100()
 
@@ -32,18 +36,37 @@ def test_valid_configs_rules():
         min_gpus(llama2_70b(), Cluster(1, 1, H100))
 
 
-def test_pipeline_cost_pp1_is_roofline_and_pp_adds_latency():
-    m = llama2_13b()
-    base = RooflineCost(m, H100, 1, 1)
-    c1 = replica_cost(m, Cluster(1, 4, H100), ReplicaConfig(1, 1))
-    assert c1.forward_time([1] * 8, [500] * 8) == pytest.approx(base.forward_time([1] * 8, [500] * 8))
-    c2 = replica_cost(m, Cluster(1, 4, H100), ReplicaConfig(1, 2))
-    # one sequence: PP does not cut per-token latency (2 half-model stages ~ one whole model)
-    assert c2.forward_time([1], [500]) >= 0.95 * base.forward_time([1], [500])
-    # closed-form k decode steps = step-by-step sum
-    ctx = [300, 700, 1200]
-    steps = sum(c2.forward_time([1] * 3, [c + i for c in ctx]) for i in range(5))
-    assert c2.decode_run_time(ctx, 5) == pytest.approx(steps, rel=1e-9)
+def test_replica_cost_is_the_sims_layout_model_and_pp_adds_latency():
+    m, cl = llama2_13b(), Cluster(1, 4, H100)
+    c1 = replica_cost(m, cl, ReplicaConfig(1, 1))
+    assert isinstance(c1, ReplicaCost)
+    assert c1.forward_time([1] * 8, [500] * 8) == pytest.approx(ReplicaCost(m, H100).forward_time([1] * 8, [500] * 8))
+    c2 = replica_cost(m, cl, ReplicaConfig(1, 2))
+    # one sequence: PP does not cut per-token latency (2 half-model stages >= one whole model)
+    assert c2.forward_time([1], [500]) >= c1.forward_time([1], [500])
+    # engine limits scale with KV capacity: the pp2 replica holds more and may batch more
+    e1, e2 = replica_engine_config(c1), replica_engine_config(c2)
+    assert e2.kv_tokens > e1.kv_tokens and e2.max_num_seqs >= e1.max_num_seqs
+    assert replica_engine_config(c1, max_num_seqs=7).max_num_seqs == 7
+
+
+def test_valid_configs_power_of_two_within_a_node():
+    cl = Cluster(2, 8, H100)
+    lays = {c.layout for c in valid_configs(llama_30b(), cl)}
+    assert (1, 1) in lays and (4, 2) in lays  # 30B MHA: 1 to 8 GPUs
+    assert all(t * p in (1, 2, 4, 8) for t, p in lays)
+    assert (1, 3) in {c.layout for c in valid_configs(llama_30b(), cl, pow2=False)}
+    assert max(c.gpus for c in valid_configs(llama2_70b(), cl, max_gpus=16)) == 16
+
+
+def test_slo_caps_the_rate_and_zero_when_unreachable():
+    cl, m = Cluster(1, 4, H100), llama2_13b()
+    L = np.array([[256.0, 1024.0]])
+    free = rate_table(m, cl, [ReplicaConfig(4, 1)], L)[0, 0]
+    base = unloaded_latency(m, cl, L)
+    capped = rate_table(m, cl, [ReplicaConfig(4, 1)], L, slo_s=1.5 * base)[0, 0]
+    assert 0 < capped < free
+    assert rate_table(m, cl, [ReplicaConfig(4, 1)], L, slo_s=0.5 * base)[0, 0] == 0.0
 
 
 def test_place_each_gpu_once_stage_in_node():
@@ -81,7 +104,7 @@ def test_rate_table_matches_simulated_saturation(lay, j):
     w = np.eye(4)[j]
     reqs = make_trace(400, 3 * n, w, seed=1)  # 3x overload: the engine saturates
     cost = replica_cost(m, cl, ReplicaConfig(*lay))
-    recs = simulate(reqs, [Engine(EngineConfig(256, kv_tokens=cost.kv_capacity_tokens()), cost, FCFSQueue())])
+    recs = simulate(reqs, [Engine(replica_engine_config(cost), cost, FCFSQueue())])
     f = np.sort([r.finish_s for r in recs])
     sat = (len(f) // 2) / (f[3 * len(f) // 4] - f[len(f) // 4])  # steady middle half
     assert sat == pytest.approx(n, rel=0.15)

@@ -9,17 +9,19 @@ from typer.testing import CliRunner
 from icml26.core.errors import UserError
 from icml26.oserve.capacity import (
     Cluster,
-    PipelineCost,
     Profile,
     ReplicaConfig,
     llama2_13b,
     rate_table,
+    replica_cost,
+    replica_engine_config,
     valid_configs,
 )
 from icml26.oserve.cli import app
 from icml26.oserve.search import Scorer, best_homogeneous, exhaustive, search
 from icml26.oserve.workload import make_trace, mix_weights
 from icml26.sim.cost import HardwareSpec, LinearCost
+from icml26.sim.replica import ReplicaCost
 from icml26.sim.trace import write_trace
 
 # tp=1 computes cheaply per GPU but reads context slowly; tp=2 reads context 20x faster
@@ -60,8 +62,11 @@ def test_rate_table_uses_the_measured_cost():
     p = _profile()
     n = rate_table(llama2_13b(), cl, [ReplicaConfig(1, 1)], TYPES[:1], profile=p)[0, 0]
     i_len, o_len = TYPES[0]
-    kv = PipelineCost(llama2_13b(), cl.gpu, 1, 1).kv_capacity_tokens() * 0.85
-    b = min(256, kv / (i_len + o_len / 2), 8192 / (1 + i_len / o_len))
+    cost = replica_cost(llama2_13b(), cl, ReplicaConfig(1, 1), profile=p)
+    ec = replica_engine_config(cost)  # the layout's scaled limits, as the engines run
+    kv = ReplicaCost(llama2_13b(), cl.gpu, 1, 1).kv_capacity_tokens() * 0.85
+    assert cost.kv_capacity_tokens() == ReplicaCost(llama2_13b(), cl.gpu, 1, 1).kv_capacity_tokens()
+    b = min(ec.max_num_seqs, kv / (i_len + o_len / 2), ec.max_num_batched_tokens / (1 + i_len / o_len))
     m = b / o_len
     assert m < 1
     bi, ctx = round(b), int(i_len + o_len / 2)

@@ -2,13 +2,15 @@
 
 A replica is ``tp x pp`` GPUs. Valid layouts (:func:`valid_configs`): ``tp`` divides the head
 count and fits in one node, each of the ``pp`` stages sits inside one node, and the weights fit
-with room for at least one request's KV. :class:`PipelineCost` makes pipeline parallelism honest
-in the simulator: one decode round of a batch runs ``pp`` micro-batches through ``pp`` stages, so
-per-token latency is ``pp`` stage times (PP does not cut latency; it only adds throughput).
+with room for 4096 KV tokens. Each replica is priced by the sim's layout model
+:class:`~icml26.sim.replica.ReplicaCost` (per-GPU GEMM efficiency, alpha-beta all-reduce, pipeline
+rounds: PP never cuts a single request's latency) and runs with engine limits scaled from its KV
+capacity (:func:`replica_engine_config`), as an operator would set them.
 
 :func:`rate_table` is the offline profile the scheduler needs: for a replica and a request type
 with mean input ``I`` and output ``O`` tokens, the steady batch is
-``b = min(max_num_seqs, (1 - headroom) * KV / (I + O/2), budget / (1 + I/O))``; each iteration
+``b = min(max_num_seqs, (1 - headroom) * KV / (I + O/2), budget / (1 + I/O))`` (the layout's own
+limits), lowered to meet a per-type latency target when one is given; each iteration
 decodes ``b`` sequences and prefills the ``m = b/O`` requests that replace the finished ones (one
 chunk of ``m*I`` tokens when ``m >= 1``; else a fraction ``m`` of iterations carries one whole
 prompt, as chunked prefill does not split a prompt that fits the budget), so ``n = m / t_iter``,
@@ -24,15 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from icml26.core.errors import UserError
-from icml26.sim.cost import CostModel, HardwareSpec, LinearCost, ModelSpec, RooflineCost
+from icml26.sim.cost import CostModel, HardwareSpec, LinearCost, ModelSpec
+from icml26.sim.engine import EngineConfig
+from icml26.sim.replica import ReplicaCost
 
-__all__ = ["Cluster", "ReplicaConfig", "PipelineCost", "Profile", "ProfiledCost", "valid_configs", "place", "rate_table", "replica_cost",
-           "check_placement", "min_gpus", "ALLREDUCE_S",
-           "llama2_70b", "llama2_13b"]
-
-
-#: latency (s) of one small NCCL all-reduce over NVLink; the roofline prices only its bytes
-ALLREDUCE_S = 10e-6
+__all__ = ["Cluster", "ReplicaConfig", "Profile", "ProfiledCost", "valid_configs", "place", "rate_table", "replica_cost",
+           "replica_engine_config", "unloaded_latency", "check_placement", "min_gpus", "llama2_70b", "llama2_13b", "llama_30b"]
 
 
 def llama2_70b() -> ModelSpec:
@@ -41,6 +40,11 @@ def llama2_70b() -> ModelSpec:
 
 def llama2_13b() -> ModelSpec:
     return ModelSpec("Llama-2-13B", 40, 5120, 40, 40, 13824, 32000)
+
+
+def llama_30b() -> ModelSpec:
+    """LLaMA-1 30B: 60 layers, hidden 6656, 52 heads, multi-head attention (52 KV heads)."""
+    return ModelSpec("LLaMA-30B", 60, 6656, 52, 52, 17920, 32000)
 
 
 @dataclass(frozen=True)
@@ -94,76 +98,40 @@ class ReplicaConfig:
         return f"tp{self.tp}pp{self.pp}"
 
 
-class PipelineCost:
-    """Iteration cost of a ``tp x pp`` replica with ``pp`` micro-batches in flight.
-
-    ``allreduce_s``: fixed latency of each of the 2 all-reduces per layer when ``tp > 1``
-    (default 10 us, NVLink); the sim's roofline charges only their bytes.
-
-    ``forward_time`` splits the batch round-robin into ``pp`` micro-batches; a round (every
-    sequence advances) takes ``max(sum of stage times, pp * largest stage time)`` (a
-    :class:`RooflineCost` with ``pp`` stages prices one stage): one sequence alone pays all ``pp``
-    stages. For ``pp = 1`` it equals the plain roofline. ``decode_run_time`` applies the same rule
-    to k-step sums (exact when the largest micro-batch stays the largest, as with round-robin).
-    """
-
-    def __init__(self, model: ModelSpec, hw: HardwareSpec, tp: int = 1, pp: int = 1,
-                 gpu_memory_utilization: float = 0.9, allreduce_s: float = ALLREDUCE_S):
-        if allreduce_s < 0:
-            raise ValueError(f"allreduce_s must be >= 0; got {allreduce_s}")
-        self.stage = RooflineCost(model, hw, tp, pp, gpu_memory_utilization)
-        self.pp = pp
-        # fixed latency of the 2 all-reduces per layer of one stage (the roofline has only bytes)
-        self.ar = 0.0 if tp == 1 else 2 * (model.n_layers / pp) * allreduce_s
-
-    def kv_capacity_tokens(self) -> int:
-        return self.stage.kv_capacity_tokens()
-
-    def _groups(self, n: int) -> list[np.ndarray]:
-        idx = np.arange(n)
-        return [g for g in (idx[i::self.pp] for i in range(self.pp)) if g.size]
-
-    def forward_time(self, new_tokens: Sequence[int], contexts: Sequence[int]) -> float:
-        if len(new_tokens) == 0:
-            return 0.0
-        if self.pp == 1:
-            return self.stage.forward_time(new_tokens, contexts) + self.ar
-        n, c = np.asarray(new_tokens), np.asarray(contexts)
-        return self._round([self.stage.forward_time(n[g], c[g]) + self.ar for g in self._groups(len(n))])
-
-    def _round(self, stage_times: list[float]) -> float:
-        # every micro-batch crosses all pp stages; stages work on different micro-batches at once
-        return max(sum(stage_times), self.pp * max(stage_times))
-
-    def decode_run_time(self, contexts: Sequence[int], k: int) -> float:
-        if k <= 0 or len(contexts) == 0:
-            return 0.0
-        if self.pp == 1:
-            return self.stage.decode_run_time(contexts, k) + k * self.ar
-        c = np.asarray(contexts)
-        return self._round([self.stage.decode_run_time(c[g], k) + k * self.ar for g in self._groups(len(c))])
+#: a layout is valid only if it holds this many KV tokens beside its weights (one long request)
+MIN_KV_TOKENS = 4096
 
 
-def _fits(model: ModelSpec, hw: HardwareSpec, g: int, mem_util: float) -> bool:
-    return hw.mem_bytes * g * mem_util - model.n_params * model.dtype_bytes > 4096 * model.kv_bytes_per_token
+def _fits(model: ModelSpec, hw: HardwareSpec, tp: int, pp: int, mem_util: float) -> bool:
+    """The layout's :class:`~icml26.sim.replica.ReplicaCost` exists (``tp`` divides the heads, the
+    weights fit) and holds :data:`MIN_KV_TOKENS` KV tokens."""
+    try:
+        return ReplicaCost(model, hw, tp, pp, gpu_memory_utilization=mem_util).kv_capacity_tokens() >= MIN_KV_TOKENS
+    except UserError:
+        return False
 
 
 def valid_configs(model: ModelSpec, cluster: Cluster, gpus: int | None = None,
-                  mem_util: float = 0.9, profile: Profile | None = None) -> list[ReplicaConfig]:
+                  mem_util: float = 0.9, profile: Profile | None = None,
+                  max_gpus: int | None = None, pow2: bool = True) -> list[ReplicaConfig]:
     """All ``(tp, pp)`` layouts (unplaced) that are valid for ``model`` on ``cluster``; only those
     with ``tp * pp == gpus`` when given. ``tp`` divides the heads and fits a node; ``pp`` divides
-    the layers; the weights fit with room for 4096 KV tokens. With a measured ``profile``, only
-    the layouts it covers (a layout nobody measured has no rates)."""
+    the layers; the weights fit with room for 4096 KV tokens; a replica has at most ``max_gpus``
+    GPUs (default one node) and, with ``pow2``, a power-of-two GPU count (1, 2, 4, 8, ...: the
+    replica sizes deployments use; odd pipeline depths such as 3 or 5 stages are left out). With a
+    measured ``profile``, only the layouts it covers (a layout nobody measured has no rates)."""
+    cap = min(cluster.n_gpus, max_gpus if max_gpus is not None else cluster.gpus_per_node)
     out = []
     for tp in range(1, cluster.gpus_per_node + 1):
         if model.n_heads % tp:
             continue
-        for pp in range(1, cluster.n_gpus // tp + 1):
-            if model.n_layers % pp or (gpus is not None and tp * pp != gpus):
+        for pp in range(1, cap // tp + 1):
+            g = tp * pp
+            if model.n_layers % pp or (gpus is not None and g != gpus) or (pow2 and g & (g - 1)):
                 continue
             if profile is not None and (tp, pp) not in profile.costs:
                 continue
-            if tp * pp <= cluster.n_gpus and _fits(model, cluster.gpu, tp * pp, mem_util):
+            if g <= cap and _fits(model, cluster.gpu, tp, pp, mem_util):
                 out.append(ReplicaConfig(tp, pp))
     return out
 
@@ -209,7 +177,7 @@ def check_placement(configs: Sequence[ReplicaConfig], cluster: Cluster, model: M
             raise UserError(f"replica {r}: tp={c.tp} does not divide {model.name}'s {model.n_heads} attention heads")
         if model.n_layers % c.pp:
             raise UserError(f"replica {r}: pp={c.pp} does not divide {model.name}'s {model.n_layers} layers")
-        if not _fits(model, cluster.gpu, c.gpus, mem_util):
+        if not _fits(model, cluster.gpu, c.tp, c.pp, mem_util):
             need = model.n_params * model.dtype_bytes / 1e9
             raise UserError(f"replica {r}: tp={c.tp} pp={c.pp} ({c.gpus} x {cluster.gpu.name}) cannot hold "
                             f"{model.name}'s {need:.0f} GB of weights plus 4096 KV tokens at "
@@ -318,32 +286,66 @@ class Profile:
         if c.layout not in self.costs:
             have = ", ".join(f"tp={t} pp={p}" for t, p in sorted(self.costs))
             raise UserError(f"{self.source}: layout tp={c.tp} pp={c.pp} was not profiled (profiled: {have})")
-        kv = PipelineCost(model, cluster.gpu, c.tp, c.pp, mem_util).kv_capacity_tokens()
+        kv = ReplicaCost(model, cluster.gpu, c.tp, c.pp, gpu_memory_utilization=mem_util).kv_capacity_tokens()
         return ProfiledCost(self.costs[c.layout], kv)
 
 
 def replica_cost(model: ModelSpec, cluster: Cluster, c: ReplicaConfig, mem_util: float = 0.9,
                  profile: Profile | None = None) -> CostModel:
-    """The cost model of one replica: measured (``profile``) when given, else the roofline."""
+    """The cost model of one replica: measured (``profile``) when given, else the layout model
+    :class:`~icml26.sim.replica.ReplicaCost` (GEMM efficiency, alpha-beta all-reduce, pipeline
+    rounds)."""
     if profile is not None:
         return profile.cost(model, cluster, c, mem_util)
-    return PipelineCost(model, cluster.gpu, c.tp, c.pp, mem_util)
+    return ReplicaCost(model, cluster.gpu, c.tp, c.pp, gpu_memory_utilization=mem_util)
+
+
+def replica_engine_config(cost: CostModel, **overrides) -> EngineConfig:
+    """The engine limits of one replica: ``max_num_seqs`` and ``max_num_batched_tokens`` scaled
+    with its KV capacity (:meth:`~icml26.sim.engine.EngineConfig.scaled`, what an operator sets);
+    keywords override. The same rule for a measured (profiled) replica."""
+    if hasattr(cost, "engine_config"):
+        return cost.engine_config(**overrides)
+    return EngineConfig.scaled(cost.kv_capacity_tokens(), **overrides)
+
+
+def _iteration_s(cost: CostModel, b: float, i_len: float, o_len: float) -> float:
+    """Mean seconds of one steady-state iteration with ``b`` decoding sequences of a type with
+    mean ``i_len`` / ``o_len`` tokens (see the module docstring)."""
+    ctx = i_len + o_len / 2
+    bi, m = max(int(round(b)), 1), b / o_len  # m: prompts admitted per iteration
+    dec, dctx = [1] * bi, [int(ctx)] * bi
+    if m < 1:  # a fraction m of the iterations carries one whole prompt
+        return m * cost.forward_time(dec + [int(i_len)], dctx + [0]) + (1 - m) * cost.forward_time(dec, dctx)
+    # one chunk of m*i_len tokens whose attention work equals m prompts of i_len tokens
+    p = m * i_len
+    c0 = max(m * i_len * (i_len + 1) / 2 - p * (p + 1) / 2, 0.0) / p
+    return cost.forward_time(dec + [int(round(p))], dctx + [int(c0)])
 
 
 def rate_table(model: ModelSpec, cluster: Cluster, replicas: Sequence[ReplicaConfig],
-               type_lengths: np.ndarray, max_num_seqs: int = 256, headroom: float = 0.15,
-               max_num_batched_tokens: int = 8192,
+               type_lengths: np.ndarray, max_num_seqs: int | None = None, headroom: float = 0.15,
+               max_num_batched_tokens: int | None = None,
                mem_util: float = 0.9, cache: dict | None = None,
-               profile: Profile | None = None) -> np.ndarray:
+               profile: Profile | None = None, slo_s=None) -> np.ndarray:
     """``n[k, j]`` float64 requests/s of replica ``k`` on type ``j`` alone.
 
-    ``type_lengths``: ``(K, 2)`` mean (input, output) tokens per type. ``headroom``: KV fraction
-    kept free (paper: 10-20%). ``cache``: optional dict memoising by layout. ``profile``:
-    measured iteration times per layout (:class:`Profile`) instead of the roofline.
+    ``type_lengths``: ``(K, 2)`` mean (input, output) tokens per type. ``max_num_seqs`` /
+    ``max_num_batched_tokens``: the engine limits; default per layout from its KV capacity
+    (:func:`replica_engine_config`, as the simulated engines run). ``headroom``: KV fraction kept
+    free (paper: 10-20%). ``cache``: optional dict memoising by layout. ``profile``: measured
+    iteration times per layout (:class:`Profile`) instead of the layout model.
+
+    ``slo_s``: optional ``(K,)`` end-to-end latency target per type (seconds). The steady batch
+    is then the largest ``b`` whose service time ``O * t_iter(b)`` meets it (goodput: the rate a
+    replica sustains *within* the SLO); a layout on which even ``b = 1`` misses it gets rate 0.
     """
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom must be in [0, 1); got {headroom}")
     L = np.asarray(type_lengths, dtype=float)
+    slo = None if slo_s is None else np.asarray(slo_s, dtype=float)
+    if slo is not None and (slo.shape != (len(L),) or not (slo > 0).all()):
+        raise ValueError(f"slo_s must be ({len(L)},) positive seconds; got {slo_s!r}")
     out = np.zeros((len(replicas), len(L)))
     for k, c in enumerate(replicas):
         key = c.layout
@@ -351,23 +353,47 @@ def rate_table(model: ModelSpec, cluster: Cluster, replicas: Sequence[ReplicaCon
             out[k] = cache[key]
             continue
         cost = replica_cost(model, cluster, c, mem_util, profile)
+        ec = replica_engine_config(cost)
+        seqs = max_num_seqs if max_num_seqs is not None else ec.max_num_seqs
+        budget = max_num_batched_tokens if max_num_batched_tokens is not None else ec.max_num_batched_tokens
         kv = cost.kv_capacity_tokens() * (1 - headroom)
         for j, (i_len, o_len) in enumerate(L):
             ctx = i_len + o_len / 2
             # steady state: b decoding sequences; each iteration finishes b/o_len requests and
             # prefills as many new ones (b*i_len/o_len tokens, one chunk), all under the token budget
-            b = min(max_num_seqs, kv / max(ctx, 1.0), max_num_batched_tokens / (1 + i_len / o_len))
+            b = min(seqs, kv / max(ctx, 1.0), budget / (1 + i_len / o_len))
             if b < 1 or kv < i_len + o_len:
                 continue  # this type does not fit: rate 0
-            bi, m = max(int(round(b)), 1), b / o_len  # m: prompts admitted per iteration
-            dec, dctx = [1] * bi, [int(ctx)] * bi
-            if m < 1:  # a fraction m of the iterations carries one whole prompt
-                t = m * cost.forward_time(dec + [int(i_len)], dctx + [0]) + (1 - m) * cost.forward_time(dec, dctx)
-            else:  # one chunk of m*i_len tokens whose attention work equals m prompts of i_len tokens
-                p = m * i_len
-                c0 = max(m * i_len * (i_len + 1) / 2 - p * (p + 1) / 2, 0.0) / p
-                t = cost.forward_time(dec + [int(round(p))], dctx + [int(c0)])
-            out[k, j] = (b / o_len) / t
+            if slo is not None and o_len * _iteration_s(cost, b, i_len, o_len) > slo[j]:
+                lo, hi = 1, int(b)  # largest integer batch within the SLO (service time grows with b)
+                if o_len * _iteration_s(cost, 1, i_len, o_len) > slo[j]:
+                    continue  # not even one request alone meets the SLO here
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if o_len * _iteration_s(cost, mid, i_len, o_len) <= slo[j]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                b = float(lo)
+            out[k, j] = (b / o_len) / _iteration_s(cost, b, i_len, o_len)
         if cache is not None:
             cache[key] = out[k].copy()
     return out
+
+
+def unloaded_latency(model: ModelSpec, cluster: Cluster, type_lengths: np.ndarray, mem_util: float = 0.9,
+                     profile: Profile | None = None) -> np.ndarray:
+    """(K,) seconds: the end-to-end latency of one request of each type's mean lengths alone on
+    its fastest valid layout (prefill, then ``O - 1`` decode steps) — the base of a per-type SLO
+    that does not favour any deployment."""
+    L = np.asarray(type_lengths, dtype=float)
+    best = np.full(len(L), np.inf)
+    for c in valid_configs(model, cluster, mem_util=mem_util, profile=profile):
+        cost = replica_cost(model, cluster, c, mem_util, profile)
+        for j, (i_len, o_len) in enumerate(L):
+            i, o = max(int(round(i_len)), 1), max(int(round(o_len)), 1)
+            if cost.kv_capacity_tokens() < i + o:
+                continue
+            t = cost.forward_time([i], [0]) + cost.decode_run_time([i + 1], o - 1)
+            best[j] = min(best[j], t)
+    return best

@@ -116,8 +116,8 @@ def simulate(trace: Path = typer.Option(..., help="the trace to replay (may diff
 
     from icml26.core.errors import UserError
     from icml26.oserve.capacity import Cluster, ReplicaConfig, check_placement
-    from icml26.oserve.claim import simulate_plan
     from icml26.oserve.models import model_spec
+    from icml26.oserve.replay import simulate_plan
     from icml26.oserve.router import InputRouter
     from icml26.oserve.search import Plan
     from icml26.oserve.types import WorkloadTypes

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from icml26.oserve.capacity import replica_cost
+from icml26.oserve.capacity import replica_cost, replica_engine_config
 from icml26.oserve.dispatch import capacity_scale
 from icml26.oserve.predictor import (
     AggregateLSTM,
@@ -39,7 +39,7 @@ from icml26.oserve.router import WeightedTypeRouter
 from icml26.oserve.search import Plan, Scorer, search
 from icml26.oserve.switch import plan_switch
 from icml26.oserve.workload import TYPE_LENGTHS, request_types
-from icml26.sim import Engine, EngineConfig, FCFSQueue, summarize
+from icml26.sim import Engine, FCFSQueue, summarize
 from icml26.sim.cluster import Deployment, simulate_cluster
 from icml26.sim.trace import Request
 
@@ -94,8 +94,7 @@ def _keys(plan: Plan):
 def _deployment(plan: Plan, model, cluster, ready_s: dict) -> Deployment:
     def make(i):
         cost = replica_cost(model, cluster, plan.replicas[i])
-        return Engine(EngineConfig(max_num_seqs=256, kv_tokens=cost.kv_capacity_tokens()), cost,
-                      FCFSQueue())
+        return Engine(replica_engine_config(cost, oversize="drop"), cost, FCFSQueue())
 
     keys = _keys(plan)
     return Deployment(keys, make, WeightedTypeRouter(plan.x, lambda r: int(r.type)), ready_s,

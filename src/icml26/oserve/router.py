@@ -15,23 +15,43 @@ from icml26.sim.engine import Router
 __all__ = ["WeightedTypeRouter", "InputRouter"]
 
 
+def _least_loaded(engines) -> int:
+    return min(range(len(engines)), key=lambda i: (len(engines[i].running) + len(engines[i].queue), i))
+
+
+def _pick(credit: np.ndarray, q: np.ndarray, engines, overflow: bool) -> int:
+    """The replica with the largest credit among those with ``q > 0``; with ``overflow``, only
+    among those whose waiting queue is empty, else the one with the fewest waiting per unit share."""
+    cand = q > 0
+    if overflow:
+        idle = np.array([len(e.queue) == 0 for e in engines]) & cand
+        if idle.any():
+            cand = idle
+        else:
+            waiting = np.array([len(e.queue) for e in engines], dtype=float)
+            score = np.where(q > 0, (waiting + 1) / np.where(q > 0, q, 1.0), np.inf)
+            return int(np.argmin(score))
+    return int(np.argmax(np.where(cand, credit, -np.inf)))
+
+
 class WeightedTypeRouter(Router):
     """``x`` (R, K) req/s from a dispatch; ``classify(request) -> type index``. Types with no
-    weight anywhere fall back to the least-loaded engine."""
+    weight anywhere fall back to the least-loaded engine. ``overflow``: as :class:`InputRouter`."""
 
-    def __init__(self, x: np.ndarray, classify):
+    def __init__(self, x: np.ndarray, classify, overflow: bool = False):
         super().__init__()
         self.w = np.asarray(x, dtype=float)
         self.classify = classify
+        self.overflow = overflow
         self.credit = np.zeros_like(self.w)
 
     def route(self, req, engines, now):
         j = int(self.classify(req))
         w = self.w[:, j]
         if w.sum() <= 0:
-            return min(range(len(engines)), key=lambda i: (len(engines[i].running) + len(engines[i].queue), i))
+            return _least_loaded(engines)
         self.credit[:, j] += w
-        k = int(np.argmax(self.credit[:, j]))
+        k = _pick(self.credit[:, j], w, engines, self.overflow)
         self.credit[k, j] -= w.sum()
         return k
 
@@ -48,10 +68,16 @@ class InputRouter(Router):
     ``q = s @ p`` (renormalised over served types), chosen by smooth weighted round robin on one
     credit vector: ``credit += q``, the largest credit wins and pays back 1. So each replica gets
     ``sum q`` of the requests, deterministically. No mass on a served type: least-loaded engine.
+
+    ``overflow`` (default False: the pure LP split, blind to load): the split is followed among the
+    replicas with ``q > 0`` whose waiting queue is empty; when every such replica has requests
+    waiting, the request goes to the one with the fewest waiting per unit of ``q``. On identical
+    replicas this is close to least-load; it keeps the LP split while no replica backs up.
     """
 
-    def __init__(self, x: np.ndarray, types):
+    def __init__(self, x: np.ndarray, types, overflow: bool = False):
         super().__init__()
+        self.overflow = overflow
         x = np.asarray(x, dtype=float)
         tot = x.sum(0)
         self.served = tot > 0
@@ -71,9 +97,9 @@ class InputRouter(Router):
     def route(self, req, engines, now):
         p = self.probabilities(req) * self.served
         if p.sum() <= 1e-12:
-            return min(range(len(engines)), key=lambda i: (len(engines[i].running) + len(engines[i].queue), i))
+            return _least_loaded(engines)
         q = self.share @ (p / p.sum())
         self.credit += q
-        k = int(np.argmax(self.credit))
+        k = _pick(self.credit, q, engines, self.overflow)
         self.credit[k] -= 1.0
         return k
