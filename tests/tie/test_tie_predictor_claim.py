@@ -64,7 +64,7 @@ def _check_predictors(tmp_path):
 
 
 def test_tiny_claim(tmp_path, monkeypatch):
-    """The default (SmolLM2 lengths) claim at tiny, from the packaged real samples: no sampling."""
+    """The SmolLM2 length-study mode at tiny, from the packaged real samples: no sampling."""
     from icml26.tie import lengthstudy
     from icml26.tie.claim import run
 
@@ -73,14 +73,14 @@ def test_tiny_claim(tmp_path, monkeypatch):
     from icml26.claims_index import get
 
     rec = run_claim(Claim("tie", "p", "s", "f", run=run, power=get("tie").power), scale="tiny",
-                    out_root=tmp_path)
+                    out_root=tmp_path, options={"lengths": "smollm2", "requests": "700"})
     assert rec["error"] is None, rec["error"]
     assert rec["verdict"] in ("reproduced", "not reproduced", "inconclusive", "uninformative")
     checks = rec["power"]["checks"]
     assert sorted(c["kind"] for c in checks) == ["control", "control", "degeneracy", "floor"]
     assert set(rec["power"]["declared"]) == {"control", "floor", "degeneracy"}
     assert all(c["passed"] in (True, False, None) for c in checks)
-    assert {c["systems"][0] for c in checks if c["kind"] == "control"} == {"oracle median", "oracle TIE"}
+    assert {c["systems"][0] for c in checks if c["kind"] == "control"} == {"oracle median", "oracle index"}
     assert rec["power"]["passed"] == all(c["passed"] is True for c in checks)
     assert (rec["verdict"] == "uninformative") == (not rec["power"]["passed"])
     deg = next(c for c in checks if c["kind"] == "degeneracy")
@@ -88,10 +88,11 @@ def test_tiny_claim(tmp_path, monkeypatch):
     parts = {}
     for r in rec["rows"]:
         parts.setdefault(r["part"], []).append(r)
-    assert set(parts) == {"tail", "KS", "held-out log-lik", "predictor", "scheduling", "power"}
+    assert set(parts) == {"tail", "KS", "held-out log-lik", "predictor", "scheduling", "power",
+                          "score vs predictor", "preemption"}
     ptla = {r["quantity"].split(":")[0]: r["measured"] for r in parts["scheduling"]}
     assert set(ptla) == {"FCFS", "SSJF", "LTR", "SEPT", "TIE-lognormal", "TIE", "oracle SJF",
-                         "oracle median", "oracle TIE"}
+                         "oracle median", "oracle index", "oracle TIE"}
     assert all(v > 0 for v in ptla.values())
     assert ptla["oracle SJF"] <= ptla["FCFS"] * 1.001
     tail = {r["quantity"]: r["measured"] for r in parts["tail"]}
@@ -103,6 +104,34 @@ def test_tiny_claim(tmp_path, monkeypatch):
     json.dumps(rec)
 
 
+def test_tiny_default_is_the_proxy_with_every_oracle_arm(tmp_path):
+    """tiny's default mode (proxy): every oracle arm in the record with its power fields, the
+    preemption counts of the KV-limited engine and the predictor's Spearman rho."""
+    from icml26.claims_index import get
+    from icml26.tie.claim import run
+
+    rec = run_claim(Claim("tie", "p", "s", "f", run=run, power=get("tie").power), scale="tiny", out_root=tmp_path)
+    assert rec["error"] is None, rec["error"]
+    assert rec["options"] == {} and "PROXY" in rec["notes"][0]
+    checks = rec["power"]["checks"]
+    controls = {c["systems"][0]: c for c in checks if c["kind"] == "control"}
+    assert set(controls) == {"oracle median", "oracle index"}
+    for c in controls.values():  # the measured numbers behind each check are kept
+        assert c["systems"][1] == "LTR" and c["passed"] in (True, False)
+        assert set(c["values"]) >= {c["systems"][0], "LTR"} and c["spreads"][c["systems"][0]] is not None
+    assert (rec["verdict"] == "uninformative") == (not all(c["passed"] for c in checks))
+    sched = {r["system"]: r for r in rec["rows"] if r["part"] == "scheduling"}
+    assert {"oracle SJF", "oracle median", "oracle index", "oracle TIE", "TIE", "LTR", "FCFS"} <= set(sched)
+    ratios = {r["system"]: r for r in rec["rows"] if r["part"] == "power" and r["quantity"].startswith("PTLA")}
+    assert {"oracle SJF", "oracle median", "oracle index", "oracle TIE", "TIE"} <= set(ratios)
+    pre = [r for r in rec["rows"] if r["part"] == "preemption" and r["system"] == "FCFS"]
+    assert pre and all(r["measured"] > 0 for r in pre)  # KV pressure: the engine preempts
+    rho = {r["quantity"]: r["measured"] for r in rec["rows"] if "Spearman" in r.get("quantity", "")}
+    assert len(rho) == 4 and all(-1 <= v <= 1 for v in rho.values())
+    assert rec["headline"]["name"].endswith("load 2.0")
+    assert (tmp_path / "tie" / "details.json").exists() or list(tmp_path.rglob("details.json"))
+
+
 def _no_sampling(*a, **k):
     raise AssertionError("the tiny claim must not sample (packaged SmolLM2 fixture)")
 
@@ -112,4 +141,4 @@ def test_proxy_option_rejects_unknown_mode(tmp_path):
 
     rec = run_claim(Claim("tie", "p", "s", "f", run=run), scale="tiny", out_root=tmp_path,
                     options={"lengths": "bogus"})
-    assert "lengths must be smollm2 or proxy" in rec["error"]["message"]
+    assert "lengths must be proxy, population or smollm2" in rec["error"]["message"]

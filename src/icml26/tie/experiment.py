@@ -10,6 +10,11 @@ predictor can learn them from features but not perfectly. Per prompt, ``n_label`
 nu = 3.5 (TIE), log-normal MLE (TIE-lognormal ablation), sample mean (SSJF) and the same for LTR's
 ranking. Requests of the simulated trace draw a prompt uniformly and a *fresh* true length from
 that prompt's distribution (held out from the labels).
+
+Serving regime (issue 34): a replica with ``max_num_seqs`` 256 and a real KV limit
+(:class:`ServeSetup`, default Llama-3-8B on one A100-40GB through :class:`icml26.sim.ReplicaCost`),
+finite overload bursts (:class:`Regime`), and the oracle arms (true median, the E[S]/E[1/S]
+index, TIE's own score on the true (mu, sigma), SJF on the true length) in every run.
 """
 
 from __future__ import annotations
@@ -27,19 +32,24 @@ from icml26.sim.trace import Request
 from icml26.tie.lengths import LogT, fit_lognormal, fit_logt
 from icml26.tie.predictor import HeadConfig, LengthPredictor, LTRRanker, SSJFPredictor
 from icml26.tie.queue import QueueConfig, TIEQueue
-from icml26.tie.score import ScoreTable
+from icml26.tie.score import ScoreTable, exchange_index
 
 __all__ = ["FAMILY_PARAMS", "Population", "make_population", "fit_labels", "crossfit", "POLICIES",
            "ORACLE_ARMS", "make_queue", "make_trace", "run_policy", "RealPopulation",
            "fit_labels_real", "make_trace_real", "schedule_study", "oracle_params",
-           "tie_ltr_disagreement"]
+           "tie_ltr_disagreement", "ServeSetup", "Regime", "arrival_times", "spearman",
+           "rank_metrics", "oracle_proxy"]
 
 # family: (median log length, median log-t sigma)  [generated proxy; LMSYS-like spread]
 FAMILY_PARAMS = {"yesno": (1.8, 0.45), "list": (4.6, 0.45), "explain": (5.4, 0.55),
                  "math": (5.0, 0.65), "code": (5.7, 0.75), "story": (6.0, 0.85)}
-POLICIES = ("FCFS", "SSJF", "LTR", "SEPT", "TIE-lognormal", "TIE", "oracle SJF", "oracle median", "oracle TIE")
-#: the positive-control arms: perfect per-prompt length information (``pop.oracle``)
-ORACLE_ARMS = ("oracle median", "oracle TIE")
+POLICIES = ("FCFS", "SSJF", "LTR", "SEPT", "TIE-lognormal", "TIE", "oracle SJF", "oracle median",
+            "oracle index", "oracle TIE")
+#: the positive-control arms: perfect per-prompt distribution knowledge (``pop.oracle``) ranked by
+#: the true median (LTR's ideal) and by the exchange index E[S]/E[1/S] (the optimal fixed order for
+#: mean per-token latency on one server). "oracle TIE" (TIE's score on the true (mu, sigma)) is
+#: not a control: it is the method with perfect inputs, and separates the score from the predictor.
+ORACLE_ARMS = ("oracle median", "oracle index")
 
 
 @dataclass
@@ -162,17 +172,29 @@ def _folds(it, perm, folds, x, labels, pred, head) -> None:
         pred["ltr"][te] = LTRRanker(head).fit(x[tr], labels["mean"][tr]).predict(x[te])
 
 
-def make_trace(pop: Population, n: int, rate: float | None, seed: int, prompt_tokens=(5.0, 0.7)) -> list[Request]:
-    """``n`` requests: Poisson arrivals at ``rate`` (None: all at t=0, the offline setting), a
-    uniformly drawn prompt, log-normal prompt length, and a fresh true length from the prompt."""
+def make_trace(pop: Population, n: int, rate: float | None, seed: int, prompt_tokens=(5.0, 0.7),
+               times=None) -> list[Request]:
+    """``n`` requests: Poisson arrivals at ``rate`` (None: all at t=0, the offline setting) or at
+    the given arrival ``times`` (s), a uniformly drawn prompt, log-normal prompt length, and a
+    fresh true length from the prompt."""
     rng = np.random.default_rng(seed + 100)
-    t = np.zeros(n) if rate is None else np.cumsum(rng.exponential(1 / rate, n))
+    t = _times(rng, n, rate, times)
     idx = rng.integers(0, len(pop.mu), n)
     p_len = np.clip(np.ceil(np.exp(rng.normal(*prompt_tokens, n))), 1, 4096).astype(int)
     z = rng.standard_t(pop.nu, n) if math.isfinite(pop.nu) else rng.standard_normal(n)
     L = np.clip(np.ceil(np.exp(np.minimum(pop.mu[idx] + pop.sigma[idx] * z, 50))), 1, pop.cap).astype(int)
     return [Request(i, float(t[i]), int(p_len[i]), int(L[i]), type=str(pop.family[idx[i]]),
                     meta={"prompt": int(idx[i])}) for i in range(n)]
+
+
+def _times(rng, n: int, rate, times) -> np.ndarray:
+    if times is not None:
+        t = np.asarray(times, float)
+        if t.shape != (n,):
+            raise ValueError(f"times must have one arrival per request ({n}); got shape {t.shape}")
+        rng.exponential(1.0, n)  # keep the draws after it (prompts, lengths) the same as with a rate
+        return t
+    return np.zeros(n) if rate is None else np.cumsum(rng.exponential(1 / rate, n))
 
 
 @dataclass
@@ -224,12 +246,12 @@ def fit_labels_real(lengths: list, censored: list, progress=None) -> dict:
     return out
 
 
-def make_trace_real(pop: RealPopulation, n: int, rate: float | None, seed: int) -> list[Request]:
-    """``n`` requests: Poisson arrivals at ``rate`` (None: all at t = 0), a uniformly drawn
-    prompt, its real prompt length, and a true output length drawn from the prompt's *held-out*
-    samples (never used for its labels)."""
+def make_trace_real(pop: RealPopulation, n: int, rate: float | None, seed: int, times=None) -> list[Request]:
+    """``n`` requests: Poisson arrivals at ``rate`` (None: all at t = 0) or at ``times``, a
+    uniformly drawn prompt, its real prompt length, and a true output length drawn from the
+    prompt's *held-out* samples (never used for its labels)."""
     rng = np.random.default_rng(seed + 100)
-    t = np.zeros(n) if rate is None else np.cumsum(rng.exponential(1 / rate, n))
+    t = _times(rng, n, rate, times)
     idx = rng.integers(0, len(pop.heldout), n)
     out = []
     for i in range(n):
@@ -263,6 +285,9 @@ def make_queue(policy: str, pop, max_num_seqs: int, qcfg: QueueConfig):
     if policy == "oracle median":
         med = pop.oracle["median"]
         return TIEQueue(lambda r, q: min(float(med[r.meta["prompt"]]), cap), noage)
+    if policy == "oracle index":  # E[S]/E[1/S] (<= cap^2): mapped monotonically below the x_max placeholder
+        idx = np.sqrt(np.asarray(pop.oracle["index"], float))
+        return TIEQueue(lambda r, q: min(float(idx[r.meta["prompt"]]), cap - 1), noage)
     if policy in ("TIE", "SEPT", "TIE-lognormal", "oracle TIE"):
         ln = policy == "TIE-lognormal"
         src = pop.oracle if policy == "oracle TIE" else P
@@ -276,11 +301,15 @@ def make_queue(policy: str, pop, max_num_seqs: int, qcfg: QueueConfig):
 
 def run_policy(policy: str, pop, trace: list[Request], cost, engine_cfg: EngineConfig,
                qcfg: QueueConfig, finish_n: int | None = None) -> dict:
-    """``summarize`` of one simulated run, plus ``ptla_items``: every request's PTLA in request-id
-    order (the same requests for every policy on a trace, so policies pair item by item)."""
+    """``summarize`` of one simulated run (``preemptions`` counts recompute preemptions), plus
+    ``preempted_requests`` (requests preempted at least once), ``rejected`` (dropped: larger than
+    the whole KV cache) and ``ptla_items``: every served request's PTLA in request-id order (the
+    same requests for every policy on a trace, so policies pair item by item)."""
     eng = Engine(engine_cfg, cost, make_queue(policy, pop, engine_cfg.max_num_seqs, qcfg))
     recs = sim_run(trace, eng)
     out = summarize(recs)
+    out["preempted_requests"] = int(sum(r.preemptions > 0 for r in recs))
+    out["rejected"] = len(eng.rejected)
     out["ptla_items"] = [(r.finish_s - r.arrival_s) / r.output_tokens
                          for r in sorted(recs, key=lambda r: r.id)]
     if finish_n:
@@ -291,10 +320,50 @@ def run_policy(policy: str, pop, trace: list[Request], cost, engine_cfg: EngineC
 def oracle_params(lengths: list, censored: list, cap: int) -> dict:
     """The oracle arms' per-prompt parameters from the samples the simulated requests draw their
     true lengths from (a real population's *held-out* samples): log-t (nu = 3.5) MLE mu, sigma
-    (:func:`fit_labels_real`, censored at the cap) and the sample median."""
+    (:func:`fit_labels_real`, censored at the cap), the sample median, and the exchange index
+    ``mean(S) / mean(1/S)`` of those samples (``S`` clipped to ``[1, cap]``, as the trace serves
+    them: the exact E[S]/E[1/S] of the draw)."""
     fit = fit_labels_real(lengths, censored)
     med = np.array([min(float(np.median(L)), cap) for L in lengths])
-    return {"mu": fit["mu"], "sigma": fit["sigma"], "median": med}
+    idx = np.array([float(np.mean(S)) / float(np.mean(1.0 / S))
+                    for S in (np.clip(np.asarray(L, float), 1, cap) for L in lengths)])
+    return {"mu": fit["mu"], "sigma": fit["sigma"], "median": med, "index": idx}
+
+
+def oracle_proxy(pop: Population) -> dict:
+    """The oracle arms' parameters of the generated population: its true (mu, sigma), the median
+    ``exp(mu)`` (capped) and the exchange index E[S]/E[1/S] of ``S = min(max(X, 1), cap)`` by
+    quadrature (:func:`icml26.tie.score.exchange_index`)."""
+    return {"mu": pop.mu, "sigma": pop.sigma, "median": np.minimum(np.exp(pop.mu), pop.cap),
+            "index": exchange_index(pop.mu, pop.sigma, pop.nu, float(pop.cap), 1.0)}
+
+
+def spearman(a, b) -> float:
+    """Spearman's rank correlation: Pearson's r of the ranks, ties given their average rank
+    (nan when either side is constant)."""
+    from scipy.stats import rankdata
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"spearman needs two 1-d arrays of one length; got {a.shape} and {b.shape}")
+    ra, rb = rankdata(a), rankdata(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = math.sqrt(float((ra * ra).sum() * (rb * rb).sum()))
+    return float((ra * rb).sum() / den) if den > 0 else float("nan")
+
+
+def rank_metrics(pred: dict, labels: dict, heldout_mean, cap: float) -> dict:
+    """Spearman rho of each predictor's per-prompt length against ``heldout_mean`` (each prompt's
+    mean length on samples never used for its labels): TIE's heads (the predicted truncated mean
+    E[min(X, cap)] of (mu, sigma)), SSJF (predicted mean), LTR (ranker score), and the labels
+    themselves (the truncated mean of the label fit: the ceiling a predictor of the labels can
+    reach)."""
+    from icml26.tie.score import truncated_mean
+
+    sg = lambda x: np.maximum(np.asarray(x, float), 1e-6)  # noqa: E731
+    return {"TIE heads": spearman(truncated_mean(pred["mu"], sg(pred["sigma"]), 3.5, cap), heldout_mean),
+            "SSJF": spearman(pred["ssjf"], heldout_mean), "LTR": spearman(pred["ltr"], heldout_mean),
+            "labels": spearman(truncated_mean(labels["mu"], sg(labels["sigma"]), 3.5, cap), heldout_mean)}
 
 
 def tie_ltr_disagreement(pop, x_max: float, max_num_seqs: int = 32) -> tuple[int, int]:
@@ -311,56 +380,156 @@ def tie_ltr_disagreement(pop, x_max: float, max_num_seqs: int = 32) -> tuple[int
     return int(both.sum()), int(len(i))
 
 
-def schedule_study(pop, trace_fn, n_req: int, loads, n_seeds: int, seed: int, x_max: float,
-                   progress=None) -> dict:
-    """The claim's scheduling experiment, shared by the SmolLM2 and the proxy populations.
+_GPUS = {"a100-40gb": ("A100-SXM", 312e12, 1.555e12, 40e9), "a100-80gb": ("A100-SXM", 312e12, 2.039e12, 80e9),
+         "h100": ("H100-SXM", 989e12, 3.35e12, 80e9), "h200": ("H200", 989e12, 4.8e12, 141e9)}
+_MODELS = {"llama3-8b": ("Llama-3-8B", 32, 4096, 32, 8, 14336, 128256),
+           "llama2-7b": ("Llama-2-7B", 32, 4096, 32, 32, 11008, 32000),
+           "llama2-13b": ("Llama-2-13B", 40, 5120, 40, 40, 13824, 32000)}
 
-    Llama-3-8B roofline on one H100 (max_num_seqs 32, 8,192 batched tokens, paged KV); FCFS
-    capacity = requests finished per second until half of ``n_req`` all-waiting requests are done
-    (the drain at the end excluded); then, per load (fraction of that capacity) and seed, every
-    policy of :data:`POLICIES` on the same Poisson trace. ``trace_fn(pop, n, rate, seed)`` makes
-    a trace (``rate=None``: all arrive at t = 0). Returns ``table``/``p90``/``ttft``
-    ({(policy, load): [per seed]}), ``items`` ({(policy, load): [per seed: per-request PTLA]}), ``offline`` (per policy, time to finish 75%), ``capacity``
-    (req/s) and ``engine`` (the EngineConfig).
+
+@dataclass(frozen=True)
+class ServeSetup:
+    """The simulated replica: ``model`` on one ``gpu`` (names in ``_MODELS`` / ``_GPUS``) priced by
+    :class:`icml26.sim.ReplicaCost`, KV capacity from ``gpu_memory_utilization``, ``max_num_seqs``
+    (vLLM's default 256) and ``max_num_batched_tokens`` from the scaled rule
+    (:meth:`~icml26.sim.ReplicaCost.engine_config`), oversize requests dropped and counted.
+
+    The default, Llama-3-8B (the paper's size) on one A100-40GB at 0.9, holds ~150k KV tokens:
+    256 sequences at the populations' mean context do not all fit, so long ("runaway") requests
+    trigger recompute preemption. ``legacy=True`` is the earlier engine (constant-MFU
+    ``RooflineCost`` on one H100, max_num_seqs 32, ~450k KV tokens: no KV pressure).
     """
-    from icml26.sim.cost import HardwareSpec, ModelSpec, RooflineCost
 
-    cost = RooflineCost(ModelSpec.llama3_8b(), HardwareSpec.h100())
-    ecfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=8192, kv_tokens=cost.kv_capacity_tokens())
+    model: str = "llama3-8b"
+    gpu: str = "a100-40gb"
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 256
+    legacy: bool = False
+
+    def __post_init__(self) -> None:
+        if self.model not in _MODELS:
+            raise ValueError(f"unknown model {self.model!r}; choose from {', '.join(_MODELS)}")
+        if self.gpu not in _GPUS:
+            raise ValueError(f"unknown gpu {self.gpu!r}; choose from {', '.join(_GPUS)}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1; got {self.max_num_seqs}")
+
+    def build(self):
+        """``(cost, EngineConfig)``."""
+        from icml26.sim.cost import HardwareSpec, ModelSpec, RooflineCost
+
+        if self.legacy:
+            cost = RooflineCost(ModelSpec.llama3_8b(), HardwareSpec.h100())
+            return cost, EngineConfig(max_num_seqs=32, max_num_batched_tokens=8192,
+                                      kv_tokens=cost.kv_capacity_tokens())
+        from icml26.sim.replica import ReplicaCost
+
+        cost = ReplicaCost(ModelSpec(*_MODELS[self.model]), HardwareSpec(*_GPUS[self.gpu]),
+                           gpu_memory_utilization=self.gpu_memory_utilization)
+        return cost, cost.engine_config(max_num_seqs=self.max_num_seqs, oversize="drop")
+
+    def describe(self) -> str:
+        if self.legacy:
+            return "legacy: Llama-3-8B constant-MFU roofline on one H100, max_num_seqs 32"
+        return (f"{_MODELS[self.model][0]} on one {self.gpu.upper()} (ReplicaCost, gpu_memory_utilization "
+                f"{self.gpu_memory_utilization}), max_num_seqs {self.max_num_seqs}")
+
+
+@dataclass(frozen=True)
+class Regime:
+    """How a trace's arrivals follow its load ``L`` (a fraction of FCFS capacity).
+
+    ``finite`` (default): the whole finite trace arrives as a Poisson stream at ``L`` x capacity,
+    then the backlog drains: with ``L > 1`` the trace *is* one overload burst, like the paper's
+    replay of LMSYS at a fixed 100 RPS. ``burst``: Poisson at ``min(base, L)`` x capacity, except
+    the requests from ``start`` to ``start + width`` (fractions of the trace), which arrive at
+    ``L`` x capacity; after the window the rate falls back and the backlog drains."""
+
+    kind: str = "finite"
+    base: float = 0.7
+    start: float = 0.2
+    width: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("finite", "burst"):
+            raise ValueError(f"regime must be 'finite' or 'burst'; got {self.kind!r}")
+        if not (self.base > 0 and 0 <= self.start < 1 and 0 < self.width <= 1 - self.start):
+            raise ValueError(f"bad burst window: base {self.base}, start {self.start}, width {self.width} "
+                             "(need base > 0, 0 <= start < 1, 0 < width <= 1 - start)")
+
+    def describe(self) -> str:
+        if self.kind == "finite":
+            return "one finite Poisson trace at the load, then the drain"
+        return (f"overload burst: base load {self.base}, the requests {self.start:.0%}-"
+                f"{self.start + self.width:.0%} of the trace at the load")
+
+
+def arrival_times(n: int, capacity: float, load: float, regime: Regime, seed: int) -> np.ndarray:
+    """``n`` arrival times (s) for ``load`` x ``capacity`` req/s under ``regime``."""
+    if not (capacity > 0 and load > 0):
+        raise ValueError(f"capacity and load must be > 0; got {capacity}, {load}")
+    rng = np.random.default_rng(seed + 7)
+    rate = np.full(n, load * capacity)
+    if regime.kind == "burst":
+        i = np.arange(n)
+        inside = (i >= regime.start * n) & (i < (regime.start + regime.width) * n)
+        rate = np.where(inside, load, min(regime.base, load)) * capacity
+    return np.cumsum(rng.exponential(1.0, n) / rate)
+
+
+def schedule_study(pop, trace_fn, n_req: int, loads, n_seeds: int, seed: int, x_max: float,
+                   progress=None, setup: ServeSetup = ServeSetup(), regime: Regime = Regime(),
+                   policies=POLICIES) -> dict:
+    """The claim's scheduling experiment, shared by the SmolLM2, population and proxy claims.
+
+    One replica (``setup``); FCFS capacity = requests finished per second until half of
+    ``n_req`` all-waiting requests are done (the drain at the end excluded); then, per load
+    (fraction of that capacity, arrivals by ``regime``) and seed, every policy on the same trace.
+    ``trace_fn(pop, n, rate, seed, times=None)`` makes a trace (``rate=None``: all at t = 0).
+    Returns ``table``/``p90``/``ttft`` ({(policy, load): [per seed]}), ``items`` (per-request
+    PTLA, request-id order), ``preempt`` / ``preempted`` / ``rejected`` ({(policy, load): [per
+    seed: preemptions, requests preempted at least once, requests dropped as larger than the KV
+    cache]}), ``offline`` (per policy, time to finish 75%), ``capacity`` (req/s), ``engine`` (the
+    EngineConfig), ``setup`` and ``regime``.
+    """
+    cost, ecfg = setup.build()
     qcfg = QueueConfig(x_max=x_max)
-    tick = progress.task("simulating", total=len(POLICIES) * (1 + n_seeds * len(loads))) if progress \
+    tick = progress.task("simulating", total=len(policies) * (1 + n_seeds * len(loads))) if progress \
         else (lambda k: None)
     offline_tr = trace_fn(pop, n_req, None, seed=seed)
     offline = {}
-    for p in POLICIES:
+    for p in policies:
         offline[p] = run_policy(p, pop, offline_tr, cost, ecfg, qcfg, finish_n=int(0.75 * n_req))
         tick(1)
     half = run_policy("FCFS", pop, offline_tr, cost, ecfg, qcfg, finish_n=n_req // 2)["time_to_finish_s"]
     capacity = (n_req // 2) / half
-    table, p90, ttft, items = {}, {}, {}, {}
+    out = {k: {} for k in ("table", "p90", "ttft", "items", "preempt", "preempted", "rejected")}
     for ld in loads:
         for s in range(n_seeds):
-            tr = trace_fn(pop, n_req, ld * capacity, seed=seed * 1000 + s)
-            for p in POLICIES:
+            tr_seed = seed * 1000 + s
+            tr = trace_fn(pop, n_req, ld * capacity, seed=tr_seed,
+                          times=arrival_times(n_req, capacity, ld, regime, tr_seed))
+            for p in policies:
                 m = run_policy(p, pop, tr, cost, ecfg, qcfg)
-                table.setdefault((p, ld), []).append(m["ptla_mean"])
-                p90.setdefault((p, ld), []).append(m["ptla_p90"])
-                ttft.setdefault((p, ld), []).append(m["ttft_mean"])
-                items.setdefault((p, ld), []).append(m["ptla_items"])
+                for k, v in (("table", m["ptla_mean"]), ("p90", m["ptla_p90"]), ("ttft", m["ttft_mean"]),
+                             ("items", m["ptla_items"]), ("preempt", m["preemptions"]),
+                             ("preempted", m["preempted_requests"]), ("rejected", m["rejected"])):
+                    out[k].setdefault((p, ld), []).append(v)
                 tick(1)
-    return {"table": table, "p90": p90, "ttft": ttft, "items": items, "offline": offline,
-            "capacity": capacity, "engine": ecfg}
+    return out | {"offline": offline, "capacity": capacity, "engine": ecfg, "setup": setup, "regime": regime,
+                  "policies": tuple(policies)}
 
 
-def plot_ptla_vs_load(ax, loads, table: dict, title: str, title_size: float | None = None) -> None:
+def plot_ptla_vs_load(ax, loads, table: dict, title: str, title_size: float | None = None,
+                      policies=POLICIES) -> None:
     """Mean PTLA per policy against load on ``ax``, min-max over seeds as error bars
     (``table[(policy, load)]`` = per-seed mean PTLA); used by both TIE claims."""
-    for p in POLICIES:
+    for p in policies:
         m = np.array([np.mean(table[(p, ld)]) for ld in loads])
         lo = np.array([np.min(table[(p, ld)]) for ld in loads])
         hi = np.array([np.max(table[(p, ld)]) for ld in loads])
         ax.errorbar(loads, m, yerr=[m - lo, hi - m], marker="o", capsize=3, label=p,
-                    lw=2.5 if p == "TIE" else 1.2)
+                    lw=2.5 if p == "TIE" else 1.2, ls="--" if p.startswith("oracle") else "-")
     ax.set_xlabel("load (fraction of FCFS capacity)")
     ax.set_ylabel("mean per-token latency PTLA (s)")
     ax.set_yscale("log")

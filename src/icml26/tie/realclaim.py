@@ -12,7 +12,8 @@ Three parts, as in the issue:
   features = frozen all-MiniLM-L6-v2 ``[CLS, mean, max]`` pooled over the prompt text; the
   official heads, 5-fold cross-fitted *by prompt*; R^2 of mu and sigma overall and within family,
   against a family-mean predictor (training-fold family means).
-- **Scheduling.** Llama-3-8B roofline on one H100, max_num_seqs 32, x_max = cap (the engine
+- **Scheduling.** The shared serving regime (:func:`sim_settings`: Llama-3-8B on one A100-40GB,
+  max_num_seqs 256 with a real KV limit, finite overload traces, headline load 2.0), x_max = cap (the engine
   serves max_tokens = cap, as the sampler did), real prompt token counts; each simulated request
   picks a prompt uniformly and takes a *held-out* SmolLM2 length of that prompt as its true
   output length. Policies FCFS, SSJF, LTR, SEPT, TIE-lognormal, TIE, oracle SJF; loads as a
@@ -65,13 +66,12 @@ from icml26.tie.lengthstudy import (
 from icml26.tie.predictor import HeadConfig
 
 TARGET = 1.15
-HEADLINE_LOAD = 0.9
 PAPER_KS = {"log-t nu=3.5": 0.906, "log-t free nu": 0.931, "log-normal": 0.603}
 PAPER_TAIL = {"skew": 3.10, "cv": 1.09, "top10_share": 0.357, "p99_p50": 10.77}
 
 # `small` sampling sizes: the issue's 96 x 12 + 16 x 48, at cap 1024 (see docs/tie.md)
 SMALL = {"prompts": 96, "samples": 12, "ks_prompts": 16, "ks_samples": 48, "cap": 1024}
-SMALL_SIM = {"requests": 4000, "seeds": 5, "loads": "0.6,0.7,0.8,0.9,1.0"}  # the issue's
+SMALL_SIM = {"requests": 4000, "seeds": 5}
 TINY = {"prompts": 12, "samples": 8, "ks_prompts": 6, "ks_samples": 8}
 
 
@@ -178,7 +178,7 @@ def _plots(ctx, data, cfg, ks, pop, pred, loads, table, fits_idx):
     # 4. PTLA vs load
     fig, ax = plt.subplots(figsize=(6.5, 4))
     plot_ptla_vs_load(
-        ax, loads, table, f"8B roofline / H100, B=32, SmolLM2 held-out lengths (cap {cfg.cap})", 9
+        ax, loads, table, f"SmolLM2 held-out lengths (cap {cfg.cap}); Llama-3-8B / A100-40GB, B=256", 9
     )
     figs.append(save_figure(fig, ctx.out_dir / "ptla_vs_load.png"))
     return figs
@@ -191,14 +191,11 @@ def run(ctx: RunContext) -> Result:
     if not 2 <= n_label < cfg.n_samples:
         raise ValueError(f"n_label must be in [2, samples={cfg.n_samples}); got {n_label}")
     n_boot = int(opt.get("boot", ctx.pick(tiny=19, small=99, full=199)))
-    n_req = int(opt.get("requests", ctx.pick(tiny=500, small=SMALL_SIM["requests"], full=20000)))
+    # several times max_num_seqs (256) requests, or nothing ever waits
+    n_req = int(opt.get("requests", ctx.pick(tiny=1500, small=SMALL_SIM["requests"], full=20000)))
     n_seeds = int(opt.get("seeds", ctx.pick(tiny=2, small=SMALL_SIM["seeds"], full=5)))
-    loads = [float(v) for v in str(opt.get("loads", ctx.pick("0.9", SMALL_SIM["loads"],
-                                                              "0.6,0.7,0.8,0.9,1.0"))).split(",")]
-    if any(ld <= 0 for ld in loads):
-        raise ValueError(f"loads must be > 0; got {loads}")
-    if HEADLINE_LOAD not in loads:
-        loads = sorted(loads + [HEADLINE_LOAD])
+    ss = sim_settings(ctx)
+    loads, H = ss["loads"], ss["headline"]
     head = HeadConfig(epochs=ctx.pick(tiny=15, small=60, full=300), seed=ctx.seed)
 
     # ---- Tail
@@ -224,10 +221,10 @@ def run(ctx: RunContext) -> Result:
     pop.oracle = oracle_params(pop.heldout, [c[n_label:] for c in data["censored"]], cfg.cap)
 
     # ---- Scheduling
-    sim = schedule_study(pop, make_trace_real, n_req, loads, n_seeds, ctx.seed, cfg.cap, ctx.progress)
+    sim = schedule_study(pop, make_trace_real, n_req, loads, n_seeds, ctx.seed, cfg.cap, ctx.progress,
+                         setup=ss["setup"], regime=ss["regime"])
     table, p90, ttft = sim["table"], sim["p90"], sim["ttft"]
     offline, capacity = sim["offline"], sim["capacity"]
-    H = HEADLINE_LOAD
     sched = scheduling_power(pop, sim, H, cfg.cap, ctx.seed)
 
     # ---- rows (one long table: part, quantity, measured, detail, paper)
@@ -267,7 +264,7 @@ def run(ctx: RunContext) -> Result:
                         f"FCFS/x {np.mean(np.array(table[('FCFS', H)]) / v):.3f}; offline 75% done "
                         f"{offline[p]['time_to_finish_s']:.1f} s",
                         {"TIE": 0.67, "LTR": 1.55, "SSJF": 1.95, "FCFS": 3.17}.get(p, "")))
-    rows += sched["rows"]
+    rows += sched["rows"] + preemption_rows(sim, loads)
 
     details = {
         "config": cfg.__dict__, "n_label": n_label, "n_boot": n_boot, "tail": tail,
@@ -296,10 +293,11 @@ def run(ctx: RunContext) -> Result:
         "unidentifiable prompts nudged, see fit_labels_real); features = frozen all-MiniLM-L6-v2 "
         "[CLS, mean, max] (1152-d) of the prompt text; official heads, 5-fold by prompt. Paper: DeBERTa, "
         "45K LMSYS prompts; here a few dozen prompts, so R^2 mostly reflects the family structure.",
-        f"Scheduling: Llama-3-8B roofline on one H100, max_num_seqs 32, x_max = cap = {cfg.cap} (the engine "
+        f"Scheduling: {ss['setup'].describe()} (KV {sim['engine'].kv_tokens} tokens), {ss['regime'].describe()}, "
+        f"x_max = cap = {cfg.cap} (the engine "
         f"serves max_tokens = {cfg.cap}), real prompt token counts, true lengths = held-out SmolLM2 samples "
         f"(samples {n_label + 1}.. of the drawn prompt); FCFS capacity {capacity:.2f} req/s; {n_req} requests "
-        f"x {n_seeds} seeds per load; Poisson arrivals.",
+        f"x {n_seeds} seeds per load.",
         "Oracle arms (positive control): the log-t (nu=3.5) MLE and the median of each prompt's held-out "
         "samples, the very samples its simulated requests draw their lengths from; 'oracle TIE' scores them "
         "as TIE does (aging, adaptive beta), 'oracle median' is SJF on the median (no aging).",
@@ -315,19 +313,27 @@ def _items(sim, policy: str, load: float) -> list:
 
 
 def scheduling_power(pop, sim, load: float, x_max: float, seed: int = 0, n_boot: int = 2000) -> dict:
-    """The scheduling headline and its power checks, shared by the SmolLM2 and proxy claims.
+    """The scheduling headline and its power checks, shared by every TIE claim mode.
 
     Headline: PTLA(LTR)/PTLA(TIE) at ``load`` as a ratio of mean per-request PTLA pooled over seeds,
-    95% CI from the clustered bootstrap (seeds = traces as clusters, then requests; LTR and TIE
-    replay the same requests, so the ratio is paired). Checks: each oracle arm's PTLA(LTR)/PTLA(x)
-    interval must lie above LTR's 1 (control); TIE or LTR must beat FCFS's mean PTLA interval
-    (floor); TIE and LTR must rank some prompt pairs in opposite order (degeneracy).
-    Returns ``{"headline", "checks", "rows", "notes"}``."""
+    95% CI from the clustered bootstrap (seeds = traces as clusters, then requests; the policies
+    replay the same requests, so ratios are paired). Checks: each positive-control arm of
+    :data:`~icml26.tie.experiment.ORACLE_ARMS` (true median, the E[S]/E[1/S] index) must beat LTR,
+    its PTLA(LTR)/PTLA(x) interval above 1 (control); TIE or LTR must beat FCFS's mean PTLA
+    interval (floor); TIE and LTR must rank some prompt pairs in opposite order (degeneracy).
+    Oracle TIE (the score with perfect inputs) is reported, not checked: with the oracle median it
+    splits TIE's gap to LTR into the score's part and the predictor's.
+    Returns ``{"headline", "checks", "rows", "notes", "ci"}``."""
     ltr = _items(sim, "LTR", load)
+    arms = [p for p in ("TIE", "SSJF", "SEPT", "oracle TIE", *ORACLE_ARMS, "oracle SJF")
+            if (p, load) in sim["items"]]
     ci = {p: clustered_bootstrap(ltr, _items(sim, p, load), statistic="ratio", n_boot=n_boot, seed=seed)
-          for p in ("TIE", *ORACLE_ARMS, "oracle SJF")}
+          for p in arms}
     mean = {p: clustered_bootstrap(_items(sim, p, load), statistic="mean", n_boot=n_boot, seed=seed)
             for p in ("FCFS", "LTR", "TIE")}
+    # the score with perfect inputs against perfect-input ranking: > 1 = the score helps
+    score_vs = {p: clustered_bootstrap(_items(sim, p, load), _items(sim, "oracle TIE", load), statistic="ratio",
+                                       n_boot=n_boot, seed=seed) for p in ORACLE_ARMS}
     per_seed = np.array(sim["table"][("LTR", load)]) / np.array(sim["table"][("TIE", load)])
     h = ci["TIE"]
     headline = Measure(f"PTLA(LTR)/PTLA(TIE) @ load {load}", h.value, "x", h.spread, higher_is_better=True)
@@ -344,10 +350,65 @@ def scheduling_power(pop, sim, load: float, x_max: float, seed: int = 0, n_boot:
     rows = [{"part": "power", "system": p, "quantity": f"PTLA(LTR)/PTLA({p}) @{load}, pooled over seeds",
              "measured": round(ci[p].value, 4), "detail": f"95% CI [{ci[p].low:.4f}, {ci[p].high:.4f}], "
              f"{ci[p].n_clusters} seeds x requests (clustered bootstrap)", "paper": ""} for p in ci]
+    rows += [{"part": "score vs predictor", "system": "oracle TIE",
+              "quantity": f"PTLA({p})/PTLA(oracle TIE) @{load}", "measured": round(score_vs[p].value, 4),
+              "detail": f"95% CI [{score_vs[p].low:.4f}, {score_vs[p].high:.4f}]; > 1: TIE's score beats {p} "
+              "with the same perfect inputs", "paper": ""} for p in ORACLE_ARMS]
     rows.append({"part": "power", "system": "TIE", "quantity": "TIE-LTR prompt pairs in opposite order",
                  "measured": disc, "detail": f"of {total} prompt pairs", "paper": ""})
+    sv = score_vs["oracle median"]
     notes = [f"Headline: PTLA(LTR)/PTLA(TIE) at load {load}, the ratio of mean per-request PTLA pooled over "
              f"{h.n_clusters} seeds; spread = 95% clustered-bootstrap CI (seeds/traces as clusters, then "
              f"requests, paired); per-seed ratios {', '.join(f'{x:.3f}' for x in per_seed)} (mean "
-             f"{per_seed.mean():.3f})."]
-    return {"headline": headline, "checks": checks, "rows": rows, "notes": notes}
+             f"{per_seed.mean():.3f}).",
+             f"Score vs predictor at load {load}: with perfect inputs TIE's score gives PTLA(oracle median)/"
+             f"PTLA(oracle TIE) = {sv.value:.3f} [{sv.low:.3f}, {sv.high:.3f}] (> 1: the score itself beats "
+             f"ranking by the true median); PTLA(LTR)/PTLA(oracle TIE) = {ci['oracle TIE'].value:.3f} "
+             f"[{ci['oracle TIE'].low:.3f}, {ci['oracle TIE'].high:.3f}] against predicted TIE's "
+             f"{h.value:.3f} (the rest is the predictor)."]
+    return {"headline": headline, "checks": checks, "rows": rows, "notes": notes, "ci": ci, "score_vs": score_vs}
+
+
+SIM_DEFAULTS = {"loads": ("2.0", "0.9,1.2,1.5,2.0,3.0", "0.9,1.2,1.5,2.0,3.0"), "headline": 2.0}
+
+
+def sim_settings(ctx: RunContext, loads=None, headline: float | None = None) -> dict:
+    """The serving options shared by every mode of the claim (``--opt``):
+
+    ``regime`` (``finite`` default: the whole trace at the load | ``burst``: a window at the load
+    inside a base load), ``base`` (the burst's base load, 0.7),
+    ``loads`` (comma-separated fractions of FCFS capacity), ``headline`` (the headline load; it
+    joins ``loads``; default 2.0, the deepest overload of the paper's 1.2-2.0 range: the paper's
+    LMSYS at 100 RPS is deep overload), ``engine`` (``kv`` default: :class:`ServeSetup` with
+    ``serve_model``, ``gpu``, ``mem_util``, ``max_num_seqs``; ``legacy``: the earlier B = 32
+    roofline). Returns ``{"setup", "regime", "loads", "headline"}``."""
+    from icml26.tie.experiment import Regime, ServeSetup
+
+    opt = ctx.options
+    H = float(opt.get("headline", SIM_DEFAULTS["headline"] if headline is None else headline))
+    default_loads = ctx.pick(*SIM_DEFAULTS["loads"]) if loads is None else loads
+    lds = sorted({float(v) for v in str(opt.get("loads", default_loads)).split(",")} | {H})
+    if any(ld <= 0 for ld in lds):
+        raise ValueError(f"loads must be > 0; got {lds}")
+    engine = str(opt.get("engine", "kv")).lower()
+    if engine not in ("kv", "legacy"):
+        raise ValueError(f"option engine must be kv or legacy; got {engine!r}")
+    setup = ServeSetup(model=str(opt.get("serve_model", "llama3-8b")), gpu=str(opt.get("gpu", "a100-40gb")),
+                       gpu_memory_utilization=float(opt.get("mem_util", 0.9)),
+                       max_num_seqs=int(opt.get("max_num_seqs", 256)), legacy=engine == "legacy")
+    regime = Regime(kind=str(opt.get("regime", "finite")), base=float(opt.get("base", 0.7)))
+    return {"setup": setup, "regime": regime, "loads": lds, "headline": H}
+
+
+def preemption_rows(sim, loads) -> list[dict]:
+    """One row per (policy, load): recompute preemptions and requests preempted at least once,
+    means per seed (from the engine's per-request counters), and oversize drops."""
+    rows = []
+    for p in sim["policies"]:
+        for ld in loads:
+            pre, who = np.asarray(sim["preempt"][(p, ld)]), np.asarray(sim["preempted"][(p, ld)])
+            rows.append({"part": "preemption", "system": p, "quantity": f"{p}: preemptions @{ld} (per seed)",
+                         "measured": round(float(pre.mean()), 1),
+                         "detail": f"requests preempted >= once {who.mean():.1f} per seed; dropped "
+                         f"(larger than the KV cache) {np.mean(sim['rejected'][(p, ld)]):.1f}", "paper": ""})
+    return rows

@@ -13,6 +13,11 @@ length is ``>= cap``).
 
 The cache (JSON, written atomically every ``checkpoint_s``) maps ``sha1(prompt)`` to its lengths,
 censor flags and prompt token count (chat template included), so an interrupted run resumes where it stopped.
+
+:func:`sample_population` draws the claim's real-sample population with the shared sampler
+:func:`icml26.core.generate.generate` instead (any HF causal LM: SmolLM2, Qwen, ...), into a cache
+of the same format plus each completion's draw index, so that a resumed run draws exactly the
+completions an uninterrupted one would (draw ``j`` of a prompt has its own seed).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import torch
 
 from icml26.core.io import atomic_write_json
 
-__all__ = ["SampleConfig", "sample_lengths", "prompt_key"]
+__all__ = ["SampleConfig", "sample_lengths", "prompt_key", "sample_population"]
 
 
 @dataclass(frozen=True)
@@ -241,3 +246,63 @@ def _decode_concat(model, tok, jobs, cfg, eos, sample, record, tick, refill_at, 
                 else:
                     kv = None
             tick()
+
+
+def _draw_seed(key: str, j: int, seed: int) -> int:
+    return (int(key, 16) * 1_000_003 + 7919 * j + seed) % (2**31 - 1)
+
+
+def sample_population(model, tok, prompts: list[str], n_samples: int, cap: int, temperature: float = 0.7,
+                      seed: int = 0, batch_size: int = 64, cache_path: str | Path | None = None,
+                      checkpoint_s: float = 30.0, progress=None) -> dict[str, dict]:
+    """Sample ``n_samples`` completions of every prompt with :func:`icml26.core.generate.generate`
+    (chat template when the tokenizer has one, T = ``temperature``, ``max_new_tokens = cap``);
+    return ``{prompt: {"lengths", "censored", "prompt_tokens"}}`` with draws in index order.
+
+    Length = generated tokens including EOS (``>= 1``); a completion that stops at ``cap`` is
+    ``cap`` and censored. Draw ``j`` of a prompt is seeded from ``(sha1(prompt), j, seed)``, so
+    the cache (``{key: {"lengths", "censored", "draw", "prompt_tokens"}}``, written atomically
+    every ``checkpoint_s`` and at the end) resumes to the same draws, and asking for more samples
+    later only draws the missing indices.
+    """
+    from icml26.core.generate import generate
+
+    if n_samples < 1 or cap < 1:
+        raise ValueError(f"n_samples and cap must be >= 1; got {n_samples}, {cap}")
+    done: dict[str, dict] = {}
+    if cache_path is not None and Path(cache_path).exists():
+        done = json.loads(Path(cache_path).read_text(encoding="utf-8"))
+    chat = getattr(tok, "chat_template", None) is not None
+    jobs: list[tuple[str, int, str]] = []
+    for p in prompts:
+        k = prompt_key(p)
+        e = done.setdefault(k, {"lengths": [], "censored": [], "draw": []})
+        have = set(e.get("draw", range(len(e["lengths"]))))
+        jobs += [(k, j, p) for j in range(n_samples) if j not in have]
+    last = [time.monotonic()]
+
+    def on_finish(i: int, g) -> None:
+        k, j, _ = jobs[i]
+        e = done[k]
+        e["lengths"].append(max(1, len(g.token_ids)))
+        e["censored"].append(g.finish_reason == "length")
+        e.setdefault("draw", []).append(j)
+        e["prompt_tokens"] = int(g.prompt_tokens)
+        if cache_path is not None and time.monotonic() - last[0] > checkpoint_s:
+            atomic_write_json(cache_path, done)
+            last[0] = time.monotonic()
+
+    if jobs:
+        inputs = [[{"role": "user", "content": p}] if chat else p for _, _, p in jobs]
+        generate(model, tok, inputs, max_new_tokens=cap, temperature=temperature,
+                 seed=[_draw_seed(k, j, seed) for k, j, _ in jobs], batch_size=batch_size,
+                 progress=progress, on_finish=on_finish)
+    if cache_path is not None:
+        atomic_write_json(cache_path, done)
+    out = {}
+    for p in prompts:
+        e = done[prompt_key(p)]
+        order = sorted(range(len(e["lengths"])), key=lambda i: e["draw"][i])[:n_samples]
+        out[p] = {"lengths": [e["lengths"][i] for i in order], "censored": [e["censored"][i] for i in order],
+                  "prompt_tokens": e.get("prompt_tokens")}
+    return out
