@@ -34,7 +34,7 @@ CLAIMS: list[Claim] = [
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         paper_value=2.31,
         power=PowerSpec(
-            control="oracle-median SJF (each prompt's true median) and the oracle E[S]/E[1/S] index (the optimal fixed order for mean per-token latency, from each prompt's true length distribution) against LTR at the headline load: each must beat LTR on PTLA(LTR)/PTLA(x), its clustered (seeds, then requests) CI above 1; oracle TIE (TIE's score on the true (mu, sigma)) and oracle SJF are reported beside them, not checked (oracle TIE is the method with perfect inputs: it separates the score from the predictor)",
+            control="oracle-median SJF (each prompt's true median) and the oracle E[S]/E[1/S] index (the optimal fixed order for mean per-token latency on one non-preemptive server, a heuristic for a batching engine; from each prompt's true length distribution) against LTR at the headline load: each must beat LTR on PTLA(LTR)/PTLA(x), its clustered (seeds, then requests) CI above 1; oracle TIE (TIE's score on the true (mu, sigma)) and oracle SJF are reported beside them, not checked (oracle TIE is the method with perfect inputs: it separates the score from the predictor)",
             floor="FCFS (no prediction): TIE or LTR must have a mean PTLA below FCFS's CI",
             degeneracy="the prompt pairs that TIE (at both beta = 0.1 and 0.5) and LTR rank in opposite order (identical orders = a tie by construction)",
         ),
