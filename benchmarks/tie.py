@@ -33,7 +33,7 @@ from icml26.sim import (
     HardwareSpec,
     ModelSpec,
     Request,
-    RooflineCost,
+    ReplicaCost,
     simulate,
 )
 from icml26.sim.engine import Seq
@@ -43,7 +43,7 @@ from icml26.tie.score import ScoreTable, tie_score, tie_score_mc
 
 
 def bench_sim(n_fast: int, n_slow: int) -> dict:
-    cost = RooflineCost(ModelSpec.llama3_8b(), HardwareSpec.h100())
+    cost = ReplicaCost(ModelSpec.llama3_8b(), HardwareSpec.h100())  # the sim's layout model (docs/sim.md)
     out = {}
     for skip, n in ((True, n_fast), (False, n_slow)):
         tr = synthetic_trace(n, rate=8.0, seed=0)
