@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icml26.restore import RestoreConfig, apply_restore, distance_bias, remove_restore, rope_decay
-from icml26.restore.attention import RestoreState, restore_attention, rope_params
+from icml26.restore.attention import STATE_KWARG, RestoreState, restore_attention, rope_params
+from icml26.restore.patch import restore_state
 from icml26.restore.reducers import Reduction
 from icml26.restore.vlm import tiny_llava, tiny_llava_next
 
@@ -78,19 +79,18 @@ def test_identical_keys_merged_with_size_equal_unmerged():
         mod = M()
         k = keys.shape[2]
         cfg = RestoreConfig(reducer="none", calibrate=True, distance_bias=False)
-        mod._icml26_restore = RestoreState(
-            config=cfg, head_dim=8, base=1e4, active=True, phase="prefill",
+        s = RestoreState(
+            config=cfg, head_dim=8, base=1e4, phase="prefill",
             log_size=torch.log(torch.tensor([sizes], dtype=torch.float64)),
             log_size0=torch.zeros(1, k, dtype=torch.float64), pos=torch.zeros(1, k, dtype=torch.long),
             valid=torch.ones(1, k, dtype=torch.bool), visual=torch.zeros(1, k, dtype=torch.bool))
         # queries see every key (they sit after all keys): pass Q rows as the last Q of K+Q
         kk = torch.cat([keys, torch.zeros(1, 2, 3, 8, dtype=torch.float64)], 2)
         vv = torch.cat([vals, torch.zeros(1, 2, 3, 8, dtype=torch.float64)], 2)
-        s = mod._icml26_restore
         s.log_size = torch.cat([s.log_size, torch.full((1, 3), -1e4, dtype=torch.float64)], 1)
         s.log_size0, s.pos = torch.zeros(1, k + 3, dtype=torch.float64), torch.zeros(1, k + 3, dtype=torch.long)
         s.valid, s.visual = torch.ones(1, k + 3, dtype=torch.bool), torch.zeros(1, k + 3, dtype=torch.bool)
-        return restore_attention(mod, q, kk, vv, None, scaling=0.3)[0]
+        return restore_attention(mod, q, kk, vv, None, scaling=0.3, **{STATE_KWARG: s})[0]
 
     merged = run(torch.cat([a, b, c], 2), torch.cat([va, vb, vc], 2), [1.0, 3.0, 1.0])
     unmerged = run(torch.cat([a, b, b, b, c], 2), torch.cat([va, vb, vb, vb, vc], 2), [1.0] * 5)
@@ -126,9 +126,10 @@ def test_retained_pruning_equals_masked_full_sequence(model):
     ref = model(input_ids=ids, pixel_values=px, attention_mask=mask, position_ids=pos).logits
     apply_restore(model, RestoreConfig(reducer=Keep(groups), keep=8, gamma=None, calibrate=False))
     try:
-        out = model(input_ids=ids, pixel_values=px).logits
+        res = model(input_ids=ids, pixel_values=px)
+        out = res.logits
         torch.testing.assert_close(out[0, -5:], ref[0, -5:], rtol=1e-9, atol=1e-9)
-        st_ = model._icml26_restore
+        st_ = restore_state(res)
         assert st_.pos[0, 3:11].tolist() == (3 + keep).tolist() and int(st_.next_pos[0]) == ids.shape[1]
         gen = model.generate(input_ids=ids, pixel_values=px, max_new_tokens=3, do_sample=False,
                              output_logits=True, return_dict_in_generate=True)
@@ -249,8 +250,9 @@ def test_llava_next_generate_keeps_newlines():
     ids = torch.tensor([[1, 2] + [63] * feats.shape[0] + [4, 5]])
     apply_restore(m, RestoreConfig(reducer="divprune", keep=20, select_on="projected"))
     try:
-        out = m.generate(input_ids=ids, pixel_values=px, image_sizes=sizes, max_new_tokens=3, do_sample=False)
-        red = m._icml26_restore.reductions[0]
+        gen = m.generate(input_ids=ids, pixel_values=px, image_sizes=sizes, max_new_tokens=3, do_sample=False,
+                         return_dict_in_generate=True)
+        out, red = gen.sequences, restore_state(gen).reductions[0]
     finally:
         remove_restore(m)
     nl = (feats == m.model.image_newline).all(-1)

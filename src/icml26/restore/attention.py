@@ -11,10 +11,15 @@ prefill and decode, with layer 0 seeing every retained visual token at the unifo
 ``N_vis / n_vis``.
 
 :func:`restore_attention` is registered in transformers' ``AttentionInterface`` under
-:data:`ATTN_NAME`. It reads a :class:`RestoreState` stored on each attention module; without an
-active state it is exactly ``sdpa_attention_forward``. With one, it builds a float bias
-(B, 1, Q, K) - causal + padding mask, log sizes, distance term, in-LLM pruning masks - and calls
-``torch.nn.functional.scaled_dot_product_attention`` with it (no flash path: a float mask).
+:data:`ATTN_NAME`. It reads the call's :class:`RestoreState` from its keyword arguments
+(:data:`STATE_KWARG`, passed down by the patched forward; one state per request, carried on that
+request's KV cache between prefill and decode), never from the module, so two requests on one
+model cannot clobber each other. Without a state it is exactly ``sdpa_attention_forward``. With
+one, it builds a float bias (B, 1, Q, K) - causal + padding mask, log sizes, distance term, in-LLM
+pruning masks - and calls ``scaled_dot_product_attention`` with it (no flash path: a float mask),
+or, with ``backend="flex"`` (the default ``"auto"`` picks it on CUDA when FlexAttention imports),
+``flex_attention`` with the same bias expressed as a ``score_mod`` (:meth:`RestoreState.score_mod`:
+a per-key log-size vector plus a distance table indexed by ``|p_q - p_k|``).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["ATTN_NAME", "rope_decay", "rope_params", "distance_bias", "RestoreState",
-           "restore_attention", "register"]
+__all__ = ["ATTN_NAME", "STATE_KWARG", "rope_decay", "rope_params", "distance_bias", "distance_table",
+           "RestoreState", "restore_attention", "register", "flex_available"]
 
 ATTN_NAME = "icml26_restore"
+STATE_KWARG = "icml26_restore_state"  # keyword under which the patched forward passes the call's state
 
 
 def rope_decay(delta: torch.Tensor, head_dim: int, base: float) -> torch.Tensor:
@@ -62,26 +68,41 @@ def distance_bias(pos_q: torch.Tensor, pos_k: torch.Tensor, head_dim: int, base:
     if c <= 1.0:
         raise ValueError(f"c must be > 1 so that c - D(Δ) > 0; got {c}")
     delta = (pos_q[:, :, None] - pos_k[:, None, :]).abs()
-    table = torch.log(c - rope_decay(torch.arange(int(delta.max()) + 1, device=delta.device),
-                                     head_dim, base))
-    return table[delta]
+    return distance_table(int(delta.max()), head_dim, base, c, device=delta.device)[delta]
+
+
+def distance_table(max_delta: int, head_dim: int, base: float, c: float = 2.0, device=None) -> torch.Tensor:
+    """``log(c - D(Δ))`` for ``Δ = 0 .. max_delta``: (max_delta + 1,) float64."""
+    if c <= 1.0:
+        raise ValueError(f"c must be > 1 so that c - D(Δ) > 0; got {c}")
+    return torch.log(c - rope_decay(torch.arange(int(max_delta) + 1, device=device), head_dim, base))
+
+
+def flex_available() -> bool:
+    """Whether ``torch.nn.attention.flex_attention`` imports (torch >= 2.5)."""
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @dataclass
 class RestoreState:
-    """Per-model state shared by the patched forward and the attention function.
+    """One request's state: made by the patched forward at prefill, passed to the attention
+    function as a keyword argument and kept on that request's KV cache for its decode steps.
 
     Set at prefill by the patch: ``log_size`` / ``log_size0`` (B, Lp) per-key log sizes for layers
     >= 1 / layer 0 (0 for text), ``pos`` (B, Lp) rotary positions, ``valid`` (B, Lp) non-padding
     keys, ``visual`` (B, Lp) visual keys, ``text_query`` (B, Lp) rows counted as text queries for
-    the attention-mass record.
+    the attention-mass record. ``backend``: "sdpa" (float bias) or "flex" (``score_mod``).
     """
 
     config: object
     head_dim: int
     base: float
-    active: bool = False
-    phase: str = "idle"  # "prefill" | "decode" | "idle"
+    backend: str = "sdpa"
+    phase: str = "prefill"  # "prefill" | "decode"
     log_size: torch.Tensor | None = None
     log_size0: torch.Tensor | None = None
     pos: torch.Tensor | None = None
@@ -125,6 +146,37 @@ class RestoreState:
         b = torch.where(allowed, b, torch.full_like(b, torch.finfo(work).min))
         return b.to(work)[:, None]
 
+    def score_mod(self, layer: int, q: int, k: int, dtype: torch.dtype, device):
+        """The same bias as :meth:`bias` as a FlexAttention ``score_mod(score, b, h, q_idx, kv_idx)``:
+        a per-key vector (log sizes; masked keys at the dtype's minimum) plus, in prefill, a
+        distance table indexed by ``|pos[b, q] - pos[b, kv]|`` (Eq. 4), and the causal test."""
+        cfg = self.config
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        neg = torch.finfo(work).min
+        valid = self._pad(self.valid, k, True).to(device)
+        drop = self._drop_for(layer, k)
+        if drop is not None:
+            valid = valid & ~drop.to(device)
+        key = torch.zeros(valid.shape, dtype=work, device=device)
+        if cfg.calibrate:
+            ls = self.log_size0 if (layer == 0 and cfg.layer0_uniform) else self.log_size
+            key = key + self._pad(ls, k, 0.0).to(device, work)
+        off = k - q
+        use_dist = cfg.calibrate and cfg.distance_bias and self.phase == "prefill"
+        if use_dist:
+            pos = self.pos.to(device)
+            table = distance_table(int(pos.max() - pos.min()), self.head_dim, self.base, cfg.c,
+                                   device=device).to(work)
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            s = score + key[b, kv_idx]
+            if use_dist:
+                s = s + table[(pos[b, q_idx + off] - pos[b, kv_idx]).abs()]
+            ok = (kv_idx <= q_idx + off) & valid[b, kv_idx]
+            return torch.where(ok, s, neg)
+
+        return score_mod
+
     def _drop_for(self, layer: int, k: int) -> torch.Tensor | None:
         if self.drop is None:
             return None
@@ -141,9 +193,10 @@ def _repeat_kv(x: torch.Tensor, n: int) -> torch.Tensor:
 
 def restore_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """``AttentionInterface`` function: query (B, H, Q, d), key/value (B, Hkv, K, d) -> output
-    (B, Q, H, d) and ``None`` weights."""
-    st: RestoreState | None = getattr(module, "_icml26_restore", None)
-    if st is None or not st.active:
+    (B, Q, H, d) and ``None`` weights. The call's :class:`RestoreState` comes in ``kwargs``
+    under :data:`STATE_KWARG`; without one this is plain SDPA."""
+    st: RestoreState | None = kwargs.pop(STATE_KWARG, None)
+    if st is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
@@ -152,13 +205,12 @@ def restore_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     b, h, q, d = query.shape
     k = key.shape[2]
     scale = scaling if scaling is not None else 1.0 / math.sqrt(d)
-    key = _repeat_kv(key, h // key.shape[1])
-    value = _repeat_kv(value, h // value.shape[1])
-    bias = st.bias(layer, q, k, query.dtype, query.device)
     need_probs = st.phase == "prefill" and (st.record is not None or any(
         lay - 1 == layer for lay, _ in st.stages))
     if need_probs:
-        logits = (query.float() @ key.float().transpose(-1, -2)) * scale + bias
+        kr = _repeat_kv(key, h // key.shape[1])
+        bias = st.bias(layer, q, k, query.dtype, query.device)
+        logits = (query.float() @ kr.float().transpose(-1, -2)) * scale + bias
         probs = logits.softmax(-1)
         if st.record is not None:
             vis = st.visual.to(query.device).float()  # (B, K)
@@ -168,6 +220,15 @@ def restore_attention(module, query, key, value, attention_mask, dropout=0.0, sc
         for lay, keep in st.stages:
             if lay - 1 == layer:
                 _prune_in_llm(st, lay, keep, probs)
+    if st.backend == "flex":
+        from torch.nn.attention.flex_attention import flex_attention
+
+        out = flex_attention(query, key, value, score_mod=st.score_mod(layer, q, k, query.dtype, query.device),
+                             scale=scale, enable_gqa=key.shape[1] != h)
+        return out.transpose(1, 2).contiguous(), None
+    key = _repeat_kv(key, h // key.shape[1])
+    value = _repeat_kv(value, h // value.shape[1])
+    bias = st.bias(layer, q, k, query.dtype, query.device)
     out = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=bias.to(query.dtype), dropout_p=dropout if module.training else 0.0,
         scale=scale)

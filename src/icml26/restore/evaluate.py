@@ -20,9 +20,9 @@ def score_questions(model, images: np.ndarray, questions: list, n_image_tokens: 
     When the model is patched and ``record`` is a dict, per-layer text->visual attention mass
     (B,) tensors are appended to ``record[layer]``. ``answers`` (an int array, one per question)
     receives each predicted answer's token id."""
-    st = getattr(model, "_icml26_restore", None)
-    if st is not None:
-        st.record = record
+    from icml26.restore.patch import is_patched
+
+    extra = {"restore_record": record} if (is_patched(model) and record is not None) else {}
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     correct = np.zeros(len(questions), dtype=bool)
@@ -31,21 +31,18 @@ def score_questions(model, images: np.ndarray, questions: list, n_image_tokens: 
         by_len.setdefault(len(q.words), []).append(i)
     chunks = [idx[s:s + batch_size] for idx in by_len.values() for s in range(0, len(idx), batch_size)]
     it = progress.track(chunks, total=len(chunks), description="score") if progress else chunks
-    try:
-        for chunk in it:
-            ids = torch.tensor([scenes.encode(questions[i], n_image_tokens) for i in chunk], device=device)
-            px = scenes.pixel_values(images[[questions[i].scene for i in chunk]]).to(device, dtype)
-            logits = model(input_ids=ids, pixel_values=px, logits_to_keep=1).logits[:, -1].float().cpu()
-            for row, i in enumerate(chunk):
-                q = questions[i]
-                cand = scenes.answer_ids(q.kind)
-                pred = cand[int(torch.argmax(logits[row, cand]))]
-                correct[i] = pred == scenes.WORD[q.answer]
-                if answers is not None:
-                    answers[i] = pred
-    finally:
-        if st is not None:
-            st.record = None
+    for chunk in it:
+        ids = torch.tensor([scenes.encode(questions[i], n_image_tokens) for i in chunk], device=device)
+        px = scenes.pixel_values(images[[questions[i].scene for i in chunk]]).to(device, dtype)
+        logits = model(input_ids=ids, pixel_values=px, logits_to_keep=1, use_cache=False,
+                       **extra).logits[:, -1].float().cpu()
+        for row, i in enumerate(chunk):
+            q = questions[i]
+            cand = scenes.answer_ids(q.kind)
+            pred = cand[int(torch.argmax(logits[row, cand]))]
+            correct[i] = pred == scenes.WORD[q.answer]
+            if answers is not None:
+                answers[i] = pred
     return correct
 
 

@@ -45,7 +45,7 @@ def plot_anchors(model, image: np.ndarray, keep: int, path: Path) -> Path:
     """Hybrid DivPrune + distinctive anchors on one image: kept tokens boxed white, merged groups
     coloured, anchors starred."""
     from icml26.restore import scenes
-    from icml26.restore.patch import RestoreConfig, apply_restore, remove_restore
+    from icml26.restore.patch import RestoreConfig, apply_restore, remove_restore, restore_state
     from icml26.restore.train import N_IMAGE_TOKENS
 
     plt = pyplot()
@@ -54,8 +54,8 @@ def plot_anchors(model, image: np.ndarray, keep: int, path: Path) -> Path:
     px = scenes.pixel_values(image[None]).to(next(model.parameters()).dtype)
     apply_restore(model, RestoreConfig(reducer="divprune", keep=keep))
     try:
-        model(input_ids=ids, pixel_values=px, logits_to_keep=1)
-        red = model._icml26_restore.reductions[0]
+        out = model(input_ids=ids, pixel_values=px, logits_to_keep=1, use_cache=True)
+        red = restore_state(out).reductions[0]
     finally:
         remove_restore(model)
     side = int(round(N_IMAGE_TOKENS ** 0.5))

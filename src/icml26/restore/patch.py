@@ -12,6 +12,15 @@ Works on ``LlavaForConditionalGeneration`` and ``LlavaNextForConditionalGenerati
 2. switches the language model to the attention function of :mod:`attention` (registered in
    transformers' ``AttentionInterface``), which adds the calibration bias.
 
+State is per call: each prefill makes a fresh :class:`~icml26.restore.attention.RestoreState`,
+passes it down to the attention function as a keyword argument and keeps it on the request's KV
+cache for the decode steps; nothing mutable is stored on the model, so two requests on one model
+(interleaved, or each with its own ``restore_config=`` keyword) do not interfere. Per-call
+keywords of ``model(...)`` / ``model.generate(...)``: ``restore_config`` (a :class:`RestoreConfig`
+overriding the one given to :func:`apply_restore`) and ``restore_record`` (a dict that receives
+per-layer text->visual attention mass). :func:`restore_state` returns a call's state (from its
+output or cache) for inspection.
+
 The model's ``forward`` then returns logits for the *reduced* sequence; text after the last image
 keeps its order, so the last ``T`` positions are the last ``T`` text tokens. ``generate`` works
 as usual (the KV cache holds the reduced prefill).
@@ -19,16 +28,27 @@ as usual (the KV cache holds the reduced prefill).
 
 from __future__ import annotations
 
+import inspect
 import types
 from dataclasses import asdict, dataclass
 
 import torch
 
 from icml26.restore.anchors import Hybrid
-from icml26.restore.attention import ATTN_NAME, RestoreState, register, rope_params
+from icml26.restore.attention import (
+    ATTN_NAME,
+    STATE_KWARG,
+    RestoreState,
+    flex_available,
+    register,
+    rope_params,
+)
 from icml26.restore.reducers import MERGE_POSITIONS, Reduction, check_keep, get_reducer
 
-__all__ = ["RestoreConfig", "apply_restore", "remove_restore", "is_patched"]
+__all__ = ["RestoreConfig", "apply_restore", "remove_restore", "is_patched", "restore_state"]
+
+CACHE_ATTR = "_icml26_restore_state"  # a request's RestoreState, kept on its KV cache
+BACKENDS = ("auto", "sdpa", "flex")
 
 IN_LLM = ("fastv", "pdrop")
 SUPPORTED = ("LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration")
@@ -41,6 +61,8 @@ class RestoreConfig:
     reducer : "divprune" | "visionzip" | "tome" | "uniform" | "none" | "fastv" | "pdrop", or an
         object with ``reduce(feats, keep, cls_attn) -> Reduction``. ``none`` keeps every token.
     keep : visual tokens kept per image (``1 <= keep < N_vis``).
+    keep_ratio : if set, overrides ``keep``: each image keeps ``max(1, round(keep_ratio * N_vis))``
+        tokens; must lie in (0, 1] (1 keeps every token).
     gamma : hybrid split: the base pruner keeps ``round(gamma*keep)``, the rest merge into anchors;
         ``None`` runs the base reducer alone.
     anchors : "distinctive" (RESTORE) or "uniform" (ablation) anchors for the hybrid merge.
@@ -53,6 +75,9 @@ class RestoreConfig:
     fastv_layer : FastV prunes after this many layers (paper K = 2).
     pdrop_layers : PDrop stage layers (default L/4, L/2, 3L/4), keep halves per stage, scaled so
         that the final stage keeps ``keep`` tokens.
+    backend : "sdpa" (float bias), "flex" (FlexAttention ``score_mod``) or "auto" (flex on CUDA
+        when available, else sdpa). In-LLM pruning and attention-mass records also compute the
+        explicit probabilities.
     """
 
     reducer: object = "divprune"
@@ -68,10 +93,18 @@ class RestoreConfig:
     merge_position: str = "lower"
     fastv_layer: int = 2
     pdrop_layers: tuple | None = None
+    keep_ratio: float | None = None
+    backend: str = "auto"
 
     def __post_init__(self):
         if int(self.keep) != self.keep or self.keep < 1:
             raise ValueError(f"keep must be an integer >= 1; got {self.keep}")
+        if self.keep_ratio is not None and not 0.0 < float(self.keep_ratio) <= 1.0:
+            raise ValueError(f"keep_ratio must be in (0, 1]; got {self.keep_ratio}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}; got {self.backend!r}")
+        if self.backend == "flex" and not flex_available():
+            raise ValueError("backend='flex' needs torch.nn.attention.flex_attention (torch >= 2.5)")
         if self.gamma is not None and not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1] (or None); got {self.gamma}")
         if not self.c > 1.0:
@@ -96,6 +129,17 @@ class RestoreConfig:
         d["reducer"] = self.reducer if isinstance(self.reducer, str) else type(self.reducer).__name__
         return d
 
+    def keep_for(self, n_vis: int) -> int:
+        """Tokens kept from an image of ``n_vis`` tokens (``keep``, or from ``keep_ratio``)."""
+        if self.keep_ratio is None:
+            return int(self.keep)
+        return max(1, round(float(self.keep_ratio) * n_vis))
+
+    def resolved_backend(self, device) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "flex" if torch.device(device).type == "cuda" and flex_available() else "sdpa"
+
     def build_reducer(self):
         base = get_reducer(self.reducer)
         if self.gamma is None:
@@ -103,20 +147,45 @@ class RestoreConfig:
         return Hybrid(base, gamma=self.gamma, anchors=self.anchors, merge_position=self.merge_position)
 
 
+@dataclass(frozen=True)
+class _Patch:
+    """What :func:`apply_restore` records on the model: read-only (no per-call state)."""
+
+    config: RestoreConfig
+    head_dim: int
+    base: float
+    prev_impl: str | None
+
+
 def is_patched(model) -> bool:
     return getattr(model, "_icml26_restore", None) is not None
 
 
+def restore_state(obj) -> RestoreState | None:
+    """The :class:`RestoreState` of one call, from its output (``.cache``) or its cache; ``None``
+    when the call was not reduced (or ran without a cache). For inspection: reductions, positions."""
+    cache = getattr(obj, "cache", None) if hasattr(obj, "cache") else obj
+    if cache is None:
+        cache = getattr(obj, "past_key_values", None)
+    return getattr(cache, CACHE_ATTR, None)
+
+
 def apply_restore(model, config: RestoreConfig):
-    """Patch ``model`` in place (returns it). Raises ``ValueError`` for an unsupported class,
-    an M-RoPE model, FlashAttention-2, or a model already patched."""
+    """Patch ``model`` in place (returns it). Raises ``ValueError`` for an unsupported class (or a
+    model without visual tokens), an M-RoPE model, FlashAttention-2, or a model already patched."""
     cls = type(model).__name__
+    if not isinstance(config, RestoreConfig):
+        raise TypeError(f"apply_restore needs a RestoreConfig; got {type(config).__name__}")
     if cls not in SUPPORTED:
-        raise ValueError(f"apply_restore supports {', '.join(SUPPORTED)}; got {cls}"
-                         + (" (M-RoPE models are not supported)" if "Qwen" in cls else ""))
+        extra = " (M-RoPE models are not supported)" if "Qwen" in cls else ""
+        if not hasattr(getattr(model, "model", None), "vision_tower") and "Qwen" not in cls:
+            extra = " (it has no vision tower, so no visual tokens to reduce)"
+        raise ValueError(f"apply_restore supports {', '.join(SUPPORTED)}; got {cls}{extra}")
     if is_patched(model):
         raise ValueError("apply_restore: this model is already patched; call remove_restore first")
     inner = model.model
+    if getattr(inner.config, "image_token_id", None) is None:
+        raise ValueError(f"{cls} has no image_token_id in its config: no visual tokens to reduce")
     lm = inner.language_model
     impl = lm.config._attn_implementation
     if impl not in ("sdpa", "eager", ATTN_NAME, None):
@@ -126,12 +195,9 @@ def apply_restore(model, config: RestoreConfig):
         raise ValueError("M-RoPE text models are not supported")
     head_dim, base = rope_params(lm.config)
     register()
-    st = RestoreState(config=config, head_dim=head_dim, base=base)
-    st.prev_impl = impl
-    for layer in lm.layers:
-        layer.self_attn._icml26_restore = st
+    patch = _Patch(config=config, head_dim=head_dim, base=base, prev_impl=impl)
     lm.config._attn_implementation = ATTN_NAME
-    inner._icml26_restore = st
+    inner._icml26_restore = patch
     inner.forward = types.MethodType(_patched_forward, inner)
 
     def get_image_features(pixel_values, vision_feature_layer=None, vision_feature_select_strategy=None,
@@ -140,21 +206,40 @@ def apply_restore(model, config: RestoreConfig):
                                            vision_feature_select_strategy, image_sizes, **kwargs)
 
     inner.get_image_features = get_image_features  # generate() encodes images through this
-    model._icml26_restore = st
+    model.forward = _outer_forward(model)  # declares restore_config / restore_record for generate()
+    model._icml26_restore = patch
     return model
+
+
+def _outer_forward(model):
+    """The class's own ``forward`` bound to ``model``, with a signature that also names the
+    per-call keywords (``generate`` rejects keywords that ``forward`` does not declare)."""
+    cls_forward = type(model).forward
+    sig = inspect.signature(cls_forward)
+    params = list(sig.parameters.values())[1:]  # without self
+    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+             for n in ("restore_config", "restore_record")]
+    tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+    head = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+
+    def forward(*args, **kwargs):
+        return cls_forward(model, *args, **kwargs)
+
+    forward.__signature__ = sig.replace(parameters=head + extra + tail)
+    forward.__doc__ = cls_forward.__doc__
+    return forward
 
 
 def remove_restore(model):
     """Undo :func:`apply_restore` exactly (returns ``model``)."""
     if not is_patched(model):
         raise ValueError("remove_restore: model is not patched")
-    st = model._icml26_restore
+    patch = model._icml26_restore
     inner = model.model
     del inner.forward
     del inner.get_image_features
-    for layer in inner.language_model.layers:
-        del layer.self_attn._icml26_restore
-    inner.language_model.config._attn_implementation = st.prev_impl
+    del model.forward
+    inner.language_model.config._attn_implementation = patch.prev_impl
     del inner._icml26_restore
     del model._icml26_restore
     return model
@@ -235,27 +320,34 @@ def _reduce_image(cfg: RestoreConfig, reducer, proj, vis, cls, newline) -> tuple
     m = proj.shape[0]
     if cfg.reducer == "none" or (isinstance(cfg.reducer, str) and cfg.reducer in IN_LLM):
         return None, m
+    keep = cfg.keep_for(m)
+    if cfg.keep_ratio is not None and keep >= m:
+        return None, m  # keep_ratio = 1 (or rounding up to every token): nothing to reduce
     feats = vis if (cfg.select_on == "vision" and vis is not None) else proj
     if newline is not None and newline.any():
         # LLaVA-NeXT: newline tokens are always kept at size 1; the others are reduced.
         idx = torch.nonzero(~newline).flatten()
         n_nl = int(newline.sum())
-        if cfg.keep <= n_nl:
-            raise ValueError(f"keep={cfg.keep} leaves no budget after this image's {n_nl} newline tokens")
-        sub = reducer.reduce(feats[idx], cfg.keep - n_nl, None)
+        if keep <= n_nl:
+            raise ValueError(f"keep={keep} leaves no budget after this image's {n_nl} newline tokens")
+        sub = reducer.reduce(feats[idx], keep - n_nl, None)
         groups = torch.full((m,), -1, dtype=torch.long)
         groups[idx] = sub.groups
         groups[newline.cpu()] = sub.n + torch.arange(n_nl)
         return Reduction.from_groups(groups, merge_position=cfg.merge_position), m
-    check_keep(cfg.keep, m)
-    return reducer.reduce(feats, cfg.keep, cls), m
+    check_keep(keep, m)
+    return reducer.reduce(feats, keep, cls), m
 
 
 def _patched_forward(self, input_ids=None, pixel_values=None, attention_mask=None, position_ids=None,
                      cache=None, inputs_embeds=None, vision_feature_layer=None,
                      vision_feature_select_strategy=None, image_sizes=None, mm_encoder_outputs=None,
-                     **kwargs):
-    st: RestoreState = self._icml26_restore
+                     restore_config=None, restore_record=None, **kwargs):
+    patch: _Patch = self._icml26_restore
+    kwargs.pop(STATE_KWARG, None)
+    cfg = patch.config if restore_config is None else restore_config
+    if not isinstance(cfg, RestoreConfig):
+        raise TypeError(f"restore_config must be a RestoreConfig; got {type(cfg).__name__}")
     past = cache.get_seq_length() if cache is not None else 0
     orig = type(self).forward
     image_outputs = (mm_encoder_outputs or {}).get("image")
@@ -266,42 +358,41 @@ def _patched_forward(self, input_ids=None, pixel_values=None, attention_mask=Non
             pixel_values=pixel_values, vision_feature_layer=vision_feature_layer,
             vision_feature_select_strategy=vision_feature_select_strategy, image_sizes=image_sizes)
     if image_outputs is None:
-        if st.active and past > 0:  # decode after a reduced prefill
+        st: RestoreState | None = getattr(cache, CACHE_ATTR, None) if cache is not None else None
+        if st is not None and past > 0:  # decode after this request's reduced prefill
             if inputs_embeds is None:
                 inputs_embeds = self.get_input_embeddings()(input_ids)
             q = inputs_embeds.shape[1]
             pos = st.next_pos[:, None].to(inputs_embeds.device) + (past - st.prefill_len) + \
                 torch.arange(q, device=inputs_embeds.device)[None]
             st.phase = "decode"
+            st.record = None
             out = self.language_model(inputs_embeds=inputs_embeds, attention_mask=None,
-                                      position_ids=pos, cache=cache, **kwargs)
+                                      position_ids=pos, cache=cache, **{STATE_KWARG: st}, **kwargs)
             return _output(self, out)
-        st.active = False
         return orig(self, input_ids=input_ids, pixel_values=None, attention_mask=attention_mask,
                     position_ids=position_ids, cache=cache, inputs_embeds=inputs_embeds, **kwargs)
     if past > 0:
         raise ValueError("RESTORE prefill must start from an empty cache (no cached prefix)")
     if input_ids is None:
         raise ValueError("the RESTORE patch needs input_ids (to find the image placeholders)")
+    st = RestoreState(config=cfg, head_dim=patch.head_dim, base=patch.base,
+                      backend=cfg.resolved_backend(input_ids.device), record=restore_record)
     embeds, mask, pos, vis_mask, logs, logs0 = _build_prefill(self, st, input_ids, image_outputs,
                                                               attention_mask)
-    st.active = True
     st.log_size, st.log_size0, st.pos, st.valid, st.visual = logs, logs0, pos.cpu(), mask.cpu(), vis_mask
     st.prefill_len = embeds.shape[1]
     st.next_pos = pos.max(dim=1).values.cpu() + 1
     after_last = torch.cumsum(vis_mask.flip(1).long(), 1).flip(1) == 0
     st.text_query = after_last & mask.cpu()
-    cfg = st.config
-    st.drop = None
+    n_vis = int(vis_mask.sum(1).max())  # in-LLM pruners: visual tokens per row (none reduced yet)
+    st.stages = _in_llm_stages(cfg, self.language_model.config.num_hidden_layers, n_vis)
+    out = self.language_model(inputs_embeds=embeds, attention_mask=None, position_ids=pos,
+                              cache=cache, **{STATE_KWARG: st}, **kwargs)
     st.dist = None
-    st.stages = _in_llm_stages(cfg, self.language_model.config.num_hidden_layers)
-    st.phase = "prefill"
-    try:
-        out = self.language_model(inputs_embeds=embeds, attention_mask=None, position_ids=pos,
-                                  cache=cache, **kwargs)
-    finally:
-        st.phase = "decode"
-        st.dist = None
+    st.record = None
+    if out.cache is not None:
+        setattr(out.cache, CACHE_ATTR, st)
     return _output(self, out)
 
 
@@ -315,13 +406,14 @@ def _output(inner, out):
                hidden_states=out.hidden_states, attentions=out.attentions, image_outputs=None)
 
 
-def _in_llm_stages(cfg: RestoreConfig, n_layers: int) -> list:
+def _in_llm_stages(cfg: RestoreConfig, n_layers: int, n_vis: int) -> list:
+    keep = cfg.keep_for(n_vis)
     if cfg.reducer == "fastv":
-        return [(cfg.fastv_layer, cfg.keep)]
+        return [(cfg.fastv_layer, keep)]
     if cfg.reducer == "pdrop":
         layers = cfg.pdrop_layers or tuple(max(1, round(n_layers * f)) for f in (0.25, 0.5, 0.75))
         s = len(layers)
-        return [(lay, cfg.keep * 2 ** (s - 1 - i)) for i, lay in enumerate(layers)]
+        return [(lay, keep * 2 ** (s - 1 - i)) for i, lay in enumerate(layers)]
     return []
 
 
@@ -336,6 +428,9 @@ def _build_prefill(inner, st, input_ids, image_outputs, attention_mask):
     is_img = input_ids == image_id
     n_img_tokens = int(is_img.sum())
     n_feat = sum(p.shape[0] for p in proj)
+    if n_img_tokens == 0:
+        raise ValueError(f"input_ids hold no image token (image_token_id={image_id}) although "
+                         f"{len(proj)} image(s) were given: no visual tokens to reduce")
     if n_img_tokens != n_feat:
         raise ValueError(f"image placeholders and image features do not match: {n_img_tokens} "
                          f"placeholder tokens, {n_feat} features")

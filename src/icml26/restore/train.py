@@ -59,15 +59,21 @@ def _train_step(loss, opt, sched, params, ema: float | None) -> float:
     return lv if ema is None else 0.95 * ema + 0.05 * lv
 
 
-def model_dir(root: Path | None = None, autocast: bool | None = None) -> Path:
-    """The cached build's folder. Its name carries the training precision (``bf16`` autocast or
-    ``fp32``, from the dtype policy unless ``autocast`` says): the two builds differ (at seed 0,
-    full-token accuracy 0.64 with bf16 autocast on an AMX CPU, see docs/restore.md), so a build
-    made under one precision is never reused by a run under the other."""
+def model_dir(root: Path | None = None, autocast: bool | None = None, seed: int = 0) -> Path:
+    """The cached build's folder, keyed by training precision and build seed.
+
+    The name carries the precision (``bf16`` autocast or ``fp32``, from the dtype policy unless
+    ``autocast`` says): the two builds differ (at seed 0, full-token accuracy 0.64 with bf16
+    autocast on an AMX CPU, see docs/restore.md), so a build made under one precision is never
+    reused by a run under the other. Seed 0 keeps the historical name
+    (``tiny-llava-scenes-v3-bf16``); other seeds add ``-seed{N}``."""
     from icml26.core.lm import cache_root
 
+    if int(seed) != seed or seed < 0:
+        raise ValueError(f"build seed must be an integer >= 0; got {seed!r}")
     prec = "bf16" if _autocast(autocast) else "fp32"
-    return (root or cache_root() / "restore") / f"tiny-llava-scenes-v{BUILD_VERSION}-{prec}"
+    tail = "" if seed == 0 else f"-seed{int(seed)}"
+    return (root or cache_root() / "restore") / f"tiny-llava-scenes-v{BUILD_VERSION}-{prec}{tail}"
 
 
 def _balanced(qs: list, rng, per_kind: int = 3) -> list:
@@ -230,7 +236,7 @@ def build_tiny_llava(out: Path | None = None, *, vision_steps: int = VISION_STEP
     dense captions (:func:`train_qa`). ``vision_from`` (a folder built with the same stage-1
     settings) copies its tower instead of running stage 1 again: stage 1 is deterministic, so the
     result is the same model, for experiments on stage 2 only."""
-    out = Path(out or model_dir())
+    out = Path(out or model_dir(autocast=autocast, seed=seed))
     model = _new_model(seed, vision_width, vision_layers, hidden, layers)
     images, qs, layouts = scenes.make_dataset(n_scenes, seed=seed + 1000, dense=True, return_layouts=True)
     by_scene: dict[int, list] = {}
@@ -269,9 +275,10 @@ def _every(curve: list[float], k: int) -> list[float]:
     return [round(v, 4) for v in curve[::k] + ([curve[-1]] if (len(curve) - 1) % k else [])]
 
 
-def build_recipe(out: Path | None = None, *, progress=None, log=print) -> Path:
-    """The claim's model with the default recipe (kept for the CLI)."""
-    return build_tiny_llava(out, progress=progress, log=log)
+def build_recipe(out: Path | None = None, *, seed: int = 0, progress=None, log=print) -> Path:
+    """The claim's model with the default recipe and build ``seed`` (model init, training data
+    and batch order all follow it), saved to ``out`` (default :func:`model_dir` of that seed)."""
+    return build_tiny_llava(out or model_dir(seed=seed), seed=seed, progress=progress, log=log)
 
 
 def load_tiny_llava(folder: Path | None = None, dtype=torch.float32, device="cpu"):
