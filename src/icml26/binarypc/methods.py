@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import torch
 
 from icml26.binarypc.codes import binary_pcs, hash_keys, pack_signs, recon_error
-from icml26.binarypc.select import code_scores, lut_scores, work_dtype
+from icml26.binarypc.select import BACKENDS, QSCALES, code_scores, lut_scores, work_dtype
 
 __all__ = ["METHODS", "BinaryPCConfig", "make_method", "metadata_bytes", "select_batch"]
 
-METHODS = ("bpc", "oracle", "simhash", "magicpig", "quest", "streaming", "random")
+METHODS = ("bpc", "oracle", "simhash", "magicpig", "quest", "loki", "streaming", "random")
+ERR_COUNTS = ("floor", "round")
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,14 @@ class BinaryPCConfig:
     directions / hyperplanes. lsh_k/lsh_l: MagicPIG bits per table / tables (K=10, L=150, its
     defaults); min_collisions: a key is sampled when it collides with the query in at least this
     many tables; window: MagicPIG's local window (64); center: subtract the prefill key mean
-    before hashing (attention is unchanged by it).
+    before hashing (attention is unchanged by it). loki_rank: Loki's principal dimensions (r).
+
+    Two rules follow the official ``bpc_pytorch.py`` by default, with this project's earlier
+    rules as options: ``err_count="floor"`` gives the error set max(⌊err_ratio·k⌋, 1) tokens
+    (0 when err_ratio is 0: the ablation), ``"round"`` gives round(err_ratio·k);
+    ``qscale="group"`` quantizes the query projections of a GQA group with one absmax scale,
+    ``"head"`` with one per query head. backend: "auto" (the compiled CPU kernel where it
+    builds, else tensors), "cpp" (the kernel or an error), "torch" (tensors); same selections.
     """
 
     method: str = "bpc"
@@ -56,6 +64,10 @@ class BinaryPCConfig:
     min_collisions: int = 2
     window: int = 64
     center: bool = True
+    err_count: str = "floor"
+    qscale: str = "group"
+    loki_rank: int = 16
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -81,6 +93,16 @@ class BinaryPCConfig:
                 f"lsh_k must be in [1, 30], lsh_l >= 1, window >= 0; got lsh_k={self.lsh_k}, "
                 f"lsh_l={self.lsh_l}, window={self.window}"
             )
+        if self.err_count not in ERR_COUNTS:
+            raise ValueError(
+                f"err_count must be one of {', '.join(ERR_COUNTS)}; got {self.err_count!r}"
+            )
+        if self.qscale not in QSCALES:
+            raise ValueError(f"qscale must be one of {', '.join(QSCALES)}; got {self.qscale!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
+        if self.loki_rank < 1:
+            raise ValueError(f"loki_rank must be >= 1; got {self.loki_rank}")
         if not 1 <= self.min_collisions <= self.lsh_l:
             raise ValueError(
                 f"min_collisions must be in [1, lsh_l={self.lsh_l}]; got {self.min_collisions}"
@@ -99,8 +121,26 @@ def _memo(meta: dict, q: torch.Tensor, fn):
     return memo[key]
 
 
+def error_count(err_ratio: float, k: int, rule: str = "floor") -> int:
+    """Tokens of the error set within a budget of ``k``: "floor" (official) max(⌊err_ratio·k⌋, 1),
+    0 when ``err_ratio`` is 0; "round" round(err_ratio·k)."""
+    if rule == "floor":
+        return 0 if err_ratio <= 0 else max(int(err_ratio * k), 1)
+    if rule == "round":
+        return int(round(err_ratio * k))
+    raise ValueError(f"err_count must be one of {', '.join(ERR_COUNTS)}; got {rule!r}")
+
+
+def worst_first(err: torch.Tensor) -> torch.Tensor:
+    """Token indices of each row of ``err`` (..., P), largest error first, ties to the later
+    token (the selection's tie rule)."""
+    P = err.shape[-1]
+    order = torch.sort(err.flip(-1), dim=-1, descending=True, stable=True).indices
+    return (P - 1) - order
+
+
 class _BinaryPC:
-    batched = ("V", "codes", "err")  # meta entries with a leading batch dim
+    batched = ("V", "codes", "err", "err_order")  # meta entries with a leading batch dim
 
     def __init__(self, cfg: BinaryPCConfig):
         self.cfg = cfg
@@ -112,17 +152,42 @@ class _BinaryPC:
         else:  # (Hkv, bits, D) offline
             V = directions.to(device=keys.device, dtype=k32.dtype).expand(keys.shape[0], -1, -1, -1)
         codes = hash_keys(k32, V)
-        return {"V": V, "codes": codes, "err": recon_error(k32, codes, V)}
+        err = recon_error(k32, codes, V)
+        return {"V": V, "codes": codes, "err": err, "err_order": worst_first(err)}
+
+    def extend(self, meta, keys):
+        """``meta`` with the new ``keys`` (B, Hkv, n, D) hashed on the existing directions
+        appended (chunked prefill: only the new tokens are coded)."""
+        k32 = keys.to(meta["V"].dtype)
+        V = meta["V"]
+        if V.shape[0] != k32.shape[0]:
+            V = V.expand(k32.shape[0], -1, -1, -1)
+        codes = hash_keys(k32, V)
+        err = torch.cat([meta["err"].expand(k32.shape[0], -1, -1), recon_error(k32, codes, V)], -1)
+        codes = torch.cat([meta["codes"].expand(k32.shape[0], -1, -1), codes], -1)
+        return {"V": V, "codes": codes, "err": err, "err_order": worst_first(err)}
 
     def score(self, q, meta, k):
+        cfg = self.cfg
         s = _memo(
-            meta, q, lambda: code_scores(q, meta["codes"], meta["V"], quantize=self.cfg.quantize)
+            meta,
+            q,
+            lambda: code_scores(
+                q, meta["codes"], meta["V"], cfg.quantize, cfg.qscale, backend=cfg.backend
+            ),
         )
-        n_err = min(int(round(self.cfg.err_ratio * k)), s.shape[-1])
+        n_err = min(error_count(cfg.err_ratio, k, cfg.err_count), s.shape[-1])
         forced = None
         if n_err > 0:
-            worst = torch.topk(meta["err"], n_err, dim=-1).indices
-            forced = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, worst, True)
+            cached = meta.get("_forced")  # one mask per error count, rebuilt when k moves
+            if cached is not None and cached[0] == n_err and cached[1].shape[0] == s.shape[0]:
+                forced = cached[1]
+            else:
+                order = meta["err_order"][..., :n_err]
+                if order.shape[0] != s.shape[0]:
+                    order = order.expand(s.shape[0], -1, -1)
+                forced = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, order, True)
+                meta["_forced"] = (n_err, forced)
         return s, forced
 
 
@@ -331,6 +396,39 @@ class _Quest:
         return s, None
 
 
+class _Loki:
+    """Loki (Singhania et al., 2024): low-rank keys. The top ``loki_rank`` principal directions
+    of each KV head's prefill keys (eigenvectors of KᵀK, uncentered: the best rank-r subspace for
+    dot products) project keys and query; score = q_r·k_r, max over the group; top-k, then
+    exact attention over the selected full keys. Directions are computed per request from the
+    prefill (Loki calibrates them offline; online here, like BinaryPC's online directions)."""
+
+    batched = ("U", "kr")
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def prepare(self, keys, generator, directions=None):
+        k = keys.to(work_dtype(keys))
+        r = min(self.cfg.loki_rank, k.shape[-1])
+        C = torch.einsum("bhld,bhle->bhde", k.double(), k.double())  # (B, Hkv, D, D)
+        _, vecs = torch.linalg.eigh(C)  # ascending eigenvalues
+        U = vecs[..., -r:].flip(-1).to(k.dtype)  # (B, Hkv, D, r), largest first
+        return {"U": U, "kr": k @ U}
+
+    def score(self, q, meta, k):
+        B, Hq, D = q.shape
+        U, kr = meta["U"], meta["kr"]
+        Hkv = kr.shape[1]
+
+        def f():
+            qg = q.reshape(B, Hkv, Hq // Hkv, D).to(U.dtype)
+            qr = torch.einsum("bhgd,bhdr->bhgr", qg, U)
+            return torch.einsum("bhgr,bhlr->bhgl", qr, kr).amax(2)
+
+        return _memo(meta, q, f), None
+
+
 class _Streaming:
     """``sinks`` first tokens plus the most recent ones."""
 
@@ -376,6 +474,7 @@ def make_method(cfg: BinaryPCConfig):
         "simhash": _SimHash,
         "magicpig": _MagicPIG,
         "quest": _Quest,
+        "loki": _Loki,
         "streaming": _Streaming,
         "random": _Random,
     }[cfg.method](cfg)
@@ -388,6 +487,7 @@ def metadata_bytes(cfg: BinaryPCConfig, head_dim: int, key_bytes: int = 2) -> fl
         "simhash": math.ceil(cfg.bits / 8) + 0.0,
         "magicpig": cfg.lsh_k * cfg.lsh_l / 8,
         "quest": 2 * head_dim * key_bytes / cfg.page,
+        "loki": min(cfg.loki_rank, head_dim) * key_bytes + 0.0,
         "oracle": head_dim * key_bytes + 0.0,
         "streaming": 0.0,
         "random": 0.0,
@@ -408,4 +508,6 @@ def select_batch(method, meta: dict | None, idx: torch.Tensor) -> dict | None:
     if "shape" in meta:
         out["shape"] = (int(idx.numel()), *meta["shape"][1:])
     out.pop("memo", None)
+    for name in [n for n in out if n.startswith("_")]:  # per-step caches: rebuilt on demand
+        del out[name]
     return out

@@ -88,7 +88,8 @@ def sparse_decode(
             q, keys, values, meta, k, scaling, allowed=allowed, positions=positions
         )
     scores, forced = method.score(q, meta, k)
-    idx = select_tokens(scores, k, keys.shape[2], forced=forced, allowed=allowed)
+    backend = getattr(method.cfg, "backend", "auto")
+    idx = select_tokens(scores, k, keys.shape[2], forced=forced, allowed=allowed, backend=backend)
     return sparse_attention(q, keys, values, idx, scaling, allowed=allowed), idx
 
 

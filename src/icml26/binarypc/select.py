@@ -14,10 +14,14 @@ __all__ = [
     "work_dtype",
     "byte_table",
     "lut_scores",
+    "project_query",
+    "int_code_scores",
     "code_scores",
+    "topk_later_ties",
     "budget",
     "select_tokens",
     "sparse_attention",
+    "gather_rows",
     "dense_attention",
 ]
 
@@ -69,26 +73,97 @@ def lut_scores(p: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
 _LITTLE = __import__("sys").byteorder == "little"
 
 
+QSCALES = ("group", "head")
+
+
+def project_query(
+    q: torch.Tensor, V: torch.Tensor, Hkv: int, quantize: bool = True, qscale: str = "group"
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Query projection p = q·V onto each KV head's directions, optionally int8-quantized.
+
+    q (B, Hq, D); V (B, Hkv, bits, D). Without ``quantize``: (p (B, Hq, bits) in the work dtype,
+    None). With it: (round(p / scale) clamped to [-127, 127] as int32, scale (B, Hq)) where
+    scale = absmax / 127 over the whole GQA group and all bits (``qscale="group"``, the official
+    code: one scale per (batch, KV head)) or over each query head's bits (``"head"``).
+    """
+    if qscale not in QSCALES:
+        raise ValueError(f"qscale must be one of {', '.join(QSCALES)}; got {qscale!r}")
+    B, Hq, D = q.shape
+    G = Hq // Hkv
+    wd = work_dtype(q)
+    Vq = V.to(wd).repeat_interleave(G, dim=1)  # (B, Hq, bits, D)
+    p = torch.einsum("bhd,bhkd->bhk", q.to(wd), Vq)
+    if not quantize:
+        return p, None
+    amax = p.abs().amax(-1)  # (B, Hq)
+    if qscale == "group":
+        amax = amax.reshape(B, Hkv, G).amax(-1).repeat_interleave(G, dim=1)
+    scale = amax.clamp_min(1e-30) / 127.0
+    pint = torch.round(p / scale[..., None]).clamp(-127, 127).to(torch.int32)
+    return pint, scale
+
+
+def int_code_scores(pint: torch.Tensor, scale: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """Reference scores of an int8 query: (B, Hkv, P) in ``scale``'s dtype,
+    max over each GQA group of (Σ_b pint_b·sign_b(code)) · scale. The integer sum is exact
+    (|Σ| ≤ 64·127 is exact in float32), so the compiled kernel reproduces this bit for bit."""
+    B, Hq, _ = pint.shape
+    Hkv = codes.shape[1]
+    s = lut_scores(pint.to(torch.float32), codes).to(scale.dtype)  # exact integers
+    s = s * scale[..., None]
+    return s.reshape(B, Hkv, Hq // Hkv, -1).amax(2)
+
+
+def _use_kernel(backend: str, *tensors: torch.Tensor) -> bool:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    if backend == "torch" or any(t.device.type != "cpu" for t in tensors):
+        if backend == "cpp":
+            raise ValueError("backend 'cpp' needs CPU tensors")
+        return False
+    from icml26.binarypc import kernel
+
+    if backend == "cpp":
+        if not kernel.available():
+            raise RuntimeError("backend 'cpp': the BinaryPC C++ kernel could not be built")
+        return True
+    return kernel.available()
+
+
+BACKENDS = ("auto", "cpp", "torch")
+
+
 def code_scores(
-    q: torch.Tensor, codes: torch.Tensor, V: torch.Tensor, quantize: bool = True
+    q: torch.Tensor,
+    codes: torch.Tensor,
+    V: torch.Tensor,
+    quantize: bool = True,
+    qscale: str = "group",
+    backend: str = "auto",
 ) -> torch.Tensor:
     """BinaryPC score of each prefill token: max over each GQA group of q·k̂.
 
     q (B, Hq, D); codes (B, Hkv, P); V (B, Hkv, bits, D) directions. p = q·V (per query head,
-    with its KV head's directions), optionally int8-quantized with a per-(batch, head) absmax and
-    dequantized (so heads of a group compare on one scale). Returns (B, Hkv, P) float32.
+    with its KV head's directions), optionally int8-quantized (:func:`project_query`), then
+    score = Σ_b p_b·bit_b. Returns (B, Hkv, P), float32 (float64 for float64 q). ``backend``:
+    "cpp" the compiled kernel (int8 float32 path only), "torch" the tensor path, "auto" the
+    kernel where it applies and builds — both give identical scores.
     """
-    B, Hq, D = q.shape
+    B, Hq, _ = q.shape
     Hkv = codes.shape[1]
     G = Hq // Hkv
-    wd = work_dtype(q)
-    Vq = V.repeat_interleave(G, dim=1).to(wd)  # (B, Hq, bits, D)
-    p = torch.einsum("bhd,bhkd->bhk", q.to(wd), Vq)
-    if quantize:
-        scale = p.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 127.0
-        p = torch.round(p / scale).clamp(-127, 127) * scale
-    s = lut_scores(p, codes)  # (B, Hq, P)
-    return s.reshape(B, Hkv, G, -1).amax(2)
+    p, scale = project_query(q, V, Hkv, quantize, qscale)
+    if scale is None:
+        if backend == "cpp":
+            raise ValueError("backend 'cpp' scores int8 queries only (quantize=True)")
+        return lut_scores(p, codes).reshape(B, Hkv, G, -1).amax(2)
+    if scale.dtype == torch.float32 and _use_kernel(backend, codes):
+        from icml26.binarypc import kernel
+
+        return kernel.scores(p, scale, codes)
+    if backend == "cpp":
+        raise ValueError("backend 'cpp' needs a float32 (or bf16/fp16) query")
+    return int_code_scores(p, scale, codes)
 
 
 def budget(
@@ -111,33 +186,62 @@ def select_tokens(
     n_total: int,
     forced: torch.Tensor | None = None,
     allowed: torch.Tensor | None = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
-    """Indices (B, Hkv, k) of the tokens to attend.
+    """Indices (B, Hkv, k) of the tokens to attend, ascending in each row.
 
     scores: (B, Hkv, P) for the first P scored tokens. Tokens P..n_total−1 (decoded after prefill)
     are always kept; ``forced`` (B, Hkv, P) bool marks scored tokens always kept (error set,
     sinks). ``allowed`` (B, n_total) bool masks out padding (and future tokens in a replay).
-    Equal scores are broken towards later tokens. Everything kept counts toward ``k``;
-    the remaining slots go to the highest scores. If forced tokens exceed ``k`` the latest
-    decode tokens and then the first forced ones win.
+    Everything kept counts toward ``k``; the remaining slots go to the highest scores.
+
+    The selection is the k largest tokens under one total order: allowed decode tokens, then
+    allowed forced tokens, then allowed scored tokens by score (NaN lowest), then tokens that
+    are not allowed; **ties always go to the later token** (equal codes, Quest pages, integer
+    SimHash scores). If forced tokens exceed ``k`` the latest decode tokens, then the latest
+    forced ones win. ``backend``: "cpp" (float32 scores) a partial selection per row in C++,
+    "torch" the tensor path below, "auto" the first where it applies — the same indices.
     """
+    if allowed is not None and allowed.shape[0] != scores.shape[0]:  # scores shared by the rows
+        scores = scores.expand(allowed.shape[0], -1, -1)
     B, Hkv, P = scores.shape
+    if forced is not None and forced.shape[0] != B:
+        forced = forced.expand(B, -1, -1)
     k = min(k, n_total)
+    if scores.dtype == torch.float32 and _use_kernel(backend, scores):
+        from icml26.binarypc import kernel
+
+        return kernel.select(scores, k, n_total, forced=forced, allowed=allowed)
+    if backend == "cpp":
+        raise ValueError("backend 'cpp' needs float32 scores")
     big = 1e300
     pri = torch.empty((B, Hkv, n_total), device=scores.device, dtype=torch.float64)
-    s = scores.to(torch.float64).nan_to_num(nan=-big)
-    s = s.clamp(-1e299, 1e299)
-    # deterministic ties (equal codes, Quest pages): later tokens win, by a negligible offset
-    a = s.abs()
-    eps = 1e-12 * (1.0 + float(a.masked_fill(a > 1e290, 0.0).amax())) if s.numel() else 0.0
-    pri[..., :P] = s + eps * torch.arange(P, device=s.device, dtype=torch.float64)
+    pri[..., :P] = scores.to(torch.float64).clamp(-1e299, 1e299).nan_to_num(nan=-big)
     if forced is not None:
-        pri[..., :P] = torch.where(forced, torch.full_like(s, big), pri[..., :P])
+        pri[..., :P] = torch.where(forced, torch.full_like(pri[..., :P], big), pri[..., :P])
     if n_total > P:
         pri[..., P:] = math.inf
     if allowed is not None:
         pri = torch.where(allowed[:, None, :], pri, torch.full_like(pri, -math.inf))
-    return torch.topk(pri, k, dim=-1, sorted=False).indices
+    return topk_later_ties(pri, k)
+
+
+def topk_later_ties(pri: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices (..., k), ascending, of the k largest entries of each row of ``pri`` (..., n),
+    ties to the later index: everything above the k-th largest value, then the latest entries
+    equal to it. One ``torch.topk`` for the threshold, no sort."""
+    n = pri.shape[-1]
+    if k <= 0:
+        return torch.empty((*pri.shape[:-1], 0), dtype=torch.long, device=pri.device)
+    if k >= n:
+        return torch.arange(n, device=pri.device).expand(*pri.shape[:-1], n).contiguous()
+    t = torch.topk(pri, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+    gt = pri > t
+    need = k - gt.sum(-1, keepdim=True)
+    eq = pri == t
+    after = eq.flip(-1).cumsum(-1).flip(-1)  # entries equal to t at this index or later
+    take = gt | (eq & (after <= need))
+    return take.nonzero()[:, -1].reshape(*pri.shape[:-1], k)
 
 
 def sparse_attention(
@@ -154,18 +258,32 @@ def sparse_attention(
     """
     B, Hq, D = q.shape
     Hkv = keys.shape[1]
-    G = Hq // Hkv
-    gi = idx.unsqueeze(-1).expand(-1, -1, -1, D)
+    G, k = Hq // Hkv, idx.shape[-1]
     wd = work_dtype(q)
-    ks = torch.gather(keys, 2, gi).to(wd)
-    vs = torch.gather(values, 2, gi).to(wd)
-    qg = q.reshape(B, Hkv, G, D).to(wd)
-    logits = torch.einsum("bhgd,bhkd->bhgk", qg, ks) * scaling
+    ks, vs = gather_rows(keys, idx).to(wd), gather_rows(values, idx).to(wd)  # (B, Hkv, k, D)
+    qg = q.reshape(B * Hkv, G, D).to(wd)
+    logits = torch.bmm(qg, ks.reshape(B * Hkv, k, D).transpose(1, 2)) * scaling  # (B·Hkv, G, k)
     if allowed is not None:
         ok = torch.gather(allowed[:, None, :].expand(-1, Hkv, -1), 2, idx)
-        logits = logits.masked_fill(~ok[:, :, None, :], -math.inf)
+        logits = logits.masked_fill(~ok.reshape(B * Hkv, 1, k), -math.inf)
     w = torch.softmax(logits, dim=-1)
-    return torch.einsum("bhgk,bhkd->bhgd", w, vs).reshape(B, Hq, D).to(q.dtype)
+    return torch.bmm(w, vs.reshape(B * Hkv, k, D)).reshape(B, Hq, D).to(q.dtype)
+
+
+def gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x (B, H, L, D), idx (B, H, k) → (B, H, k, D): the selected rows, one ``index_select`` over
+    the flattened rows (a broadcast batch of x, stride 0, is read once)."""
+    B, H, k = idx.shape
+    L, D = x.shape[2], x.shape[3]
+    if x.shape[0] == 1 or x.stride(0) == 0:
+        base = (
+            x[:1].reshape(H * L, D) if x[:1].is_contiguous() else x[:1].contiguous().view(H * L, D)
+        )
+        off = (torch.arange(H, device=idx.device) * L).reshape(1, H, 1)
+    else:
+        base = x.reshape(B * H * L, D)
+        off = (torch.arange(B * H, device=idx.device) * L).reshape(B, H, 1)
+    return base.index_select(0, (idx + off).reshape(-1)).reshape(B, H, k, D)
 
 
 def dense_attention(
