@@ -22,7 +22,15 @@ def test_tiny_claim_runs_and_decides(tmp_path):
     assert all(c["passed"] in (True, False, None) for c in checks)
     per_base = {r["system"]: r for r in rec["rows"] if r["system"].startswith("per base:")}
     assert set(per_base) == {"per base: divprune+restore / divprune", "per base: visionzip+restore / visionzip"}
-    assert all(0 <= r["answers changed"] <= r["of"] == 16 for r in per_base.values())
+    assert all(len(r["per build"]) == 2 for r in per_base.values())  # tiny: two random builds
+    controls = [r for r in rec["rows"] if r["system"].startswith("control: full /")]
+    assert len(controls) == 2 and all(0 <= r["answers changed by RESTORE"] <= r["of"] == 32 for r in controls)
+    builds = [r for r in rec["rows"] if r["system"].startswith("build seed")]
+    assert [r["system"] for r in builds] == ["build seed 0", "build seed 1"]
+    assert all("FAIL" in r["gate"] for r in builds)
+    assert any("weaker of DivPrune and VisionZip-like" in rec["headline"]["name"] for _ in [0])
+    proxy = [r for r in rec["rows"] if r["system"].startswith("mechanism (")]
+    assert len(proxy) == 9 and all(r["mass / full (all layers)"] > 0 for r in proxy)
     systems = {r["system"] for r in rec["rows"]}
     assert {"full", "divprune", "divprune+restore", "visionzip+restore", "tome+restore", "fastv", "pdrop"} <= systems
     mass = [r for r in rec["rows"] if r["system"].startswith("attention mass")]
@@ -105,17 +113,56 @@ def test_power_checks_per_base():
            (16, "visionzip+restore"): rest}
     ans = {k: np.where(v, 1, 2 + np.arange(n) % 3) for k, v in res.items()}
     majority = rng.random(n) < 0.3
-    checks, rows, _ = power_checks(full, res, ans, majority, 16)
+
+    def pc(res, ans, majority, builds=(0, 1)):  # every build the same answers: a shape test
+        ev = {s: {"full": full, "results": res, "answers": ans, "majority": majority} for s in builds}
+        return power_checks(ev, list(builds), 16)
+
+    checks, rows, _ = pc(res, ans, majority)
     assert all(c.passed for c in checks), [c.reason for c in checks]
+    assert {r["system"]: r.get("of") for r in rows}["control: full / divprune"] == 2 * n
     ans_same = dict(ans)
     ans_same[(16, "visionzip+restore")] = ans[(16, "visionzip")]
-    checks, _, _ = power_checks(full, res, ans_same, majority, 16)
+    checks, _, _ = pc(res, ans_same, majority)
     failed = [c.name for c in checks if not c.passed]
     assert failed == ["degeneracy (visionzip)"]
     v, _ = verdict_for(Measure("x", 1.2, "x", (1.1, 1.3)), 1.0, power=checks)
     assert v is Verdict.UNINFORMATIVE
     res_same = {**res, (16, "divprune"): full}  # the reduction loses nothing
-    checks, _, _ = power_checks(full, res_same, ans, majority, 16)
+    checks, _, _ = pc(res_same, ans, majority)
     assert [c.name for c in checks if not c.passed] == ["positive control (divprune)"]
-    checks, _, _ = power_checks(full, res, ans, np.ones(n, bool), 16)
+    checks, _, _ = pc(res, ans, np.ones(n, bool))
     assert [c.kind for c in checks if not c.passed] == ["floor"]
+
+
+def test_gate_rules():
+    from icml26.restore.study.builds import gate_decision
+
+    assert gate_decision([0.79, 0.64, 0.72], 0.7, "median") is None
+    msg = gate_decision([0.79, 0.64, 0.66], 0.7, "median")
+    assert "median 0.660" in msg and "0.640" in msg
+    assert gate_decision([0.79, 0.64, 0.72], 0.7, "all") is not None
+    assert gate_decision([0.79, 0.64, 0.60], 0.7, "any") is None
+    with pytest.raises(ValueError, match="gate rule must be one of.*got 'mean'"):
+        gate_decision([0.8], 0.7, "mean")
+
+
+def test_build_cache_is_keyed_by_seed_and_precision(tmp_path):
+    from icml26.restore.train import model_dir
+
+    assert model_dir(tmp_path, autocast=True, seed=0).name == "tiny-llava-scenes-v3-bf16"  # today's cache
+    assert model_dir(tmp_path, autocast=False, seed=2).name == "tiny-llava-scenes-v3-fp32-seed2"
+    with pytest.raises(ValueError, match="build seed must be an integer >= 0; got -1"):
+        model_dir(tmp_path, seed=-1)
+
+
+def test_build_seeds_option():
+    from icml26.core.claims import RunContext
+    from icml26.restore.claim import build_seeds
+
+    def ctx(**opts):
+        return RunContext(scale="small", options=opts)
+
+    assert build_seeds(ctx()) == [0, 1, 2] and build_seeds(ctx(builds="3,5")) == [3, 5]
+    with pytest.raises(UserError, match="distinct integers"):
+        build_seeds(ctx(builds="1,1"))

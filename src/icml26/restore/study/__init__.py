@@ -1,0 +1,1 @@
+"""Experiment code of the restore claim (not part of the library API)."""
