@@ -84,3 +84,32 @@ def test_bad_parameters():
     with pytest.raises(ValueError, match="unknown policy"):
         make_policy("eagle9")
     assert make_policy("sglang").total == 8
+
+
+@settings(max_examples=25, deadline=None)
+@given(ratios, st.integers(0, 40), st.integers(1, 6))
+def test_adaptive_chain_best_first_admits_the_top_slots(rs, extra, depth):
+    """Best-first admission equals ranking every slot of fully drafted chains (vLLM's rule), and a
+    chain is drafted only as deep as it is admitted plus the step that priced its refused slot."""
+    b = len(rs)
+    oracle = SyntheticOracle(rs)
+    trees = AdaptiveChain(depth=depth).build(oracle, list(range(b)), [0] * b, b + extra)
+    slots = []  # the synthetic oracle's top-1 log-prob is the same at every node of a request
+    for i in range(b):
+        lp0 = float(oracle.topk(i, [()], 1)[0][1][0])
+        slots += [(-d * lp0, d, i) for d in range(1, depth + 1)]
+    want = [0] * b
+    for _, d, i in sorted(slots)[:extra]:
+        want[i] = max(want[i], d)
+    assert [t.max_depth if t.size > 1 else 0 for t in trees] == want
+    for t, w in zip(trees, want, strict=True):
+        assert len(t.expanded) <= min(depth, w + 1)
+
+
+def test_static_shape_family_hits_the_published_defaults():
+    from icml26.echo.experiment import static_shape
+
+    s8, s60 = static_shape(8), static_shape(60)
+    assert (s8.depth, s8.topk, s8.total) == (5, 4, 8)  # SGLang's high-load default
+    assert (s60.depth, s60.topk, s60.total) == (8, 10, 60)  # EAGLE-3's
+    assert static_shape(2, depth_cap=4).depth == 3 and static_shape(64, depth_cap=4).depth == 4

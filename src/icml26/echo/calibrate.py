@@ -79,10 +79,12 @@ class GateCalibration:
 
 
 def calibrate_gates(conf: np.ndarray, accepted_depth: np.ndarray, auc_min: float = 0.6,
-                    max_gates: int = 2) -> GateCalibration:
+                    max_gates: int = 2, max_depth: int | None = None) -> GateCalibration:
     """Pick D_sig and tau_d from warm-up statistics (see :func:`gate_statistics`).
 
-    When no depth reaches ``auc_min`` the single best depth is kept (a gate is always present).
+    ``max_depth``: only depths ``<= max_depth`` are gate candidates (the depths a batch's budget
+    lets a request reach; ``None`` = every depth). AUCs and ``dense_taus`` cover every depth.
+    When no candidate reaches ``auc_min`` the single best one is kept (a gate is always present).
     """
     if not 0.5 <= auc_min < 1:
         raise ValueError(f"auc_min must be in [0.5, 1); got {auc_min}")
@@ -92,7 +94,10 @@ def calibrate_gates(conf: np.ndarray, accepted_depth: np.ndarray, auc_min: float
     depth = conf.shape[1]
     aucs = [auc(conf[:, d - 1], a > d) for d in range(1, depth + 1)]
     taus_all = [youden_tau(conf[:, d - 1], a > d) for d in range(1, depth + 1)]
-    valid = [d for d in range(1, depth + 1) if np.isfinite(aucs[d - 1])]
+    if max_depth is not None and max_depth < 1:
+        raise ValueError(f"max_depth must be >= 1 or None; got {max_depth}")
+    top = depth if max_depth is None else min(depth, max_depth)
+    valid = [d for d in range(1, top + 1) if np.isfinite(aucs[d - 1])]
     ranked = sorted(valid, key=lambda d: -aucs[d - 1])
     chosen = [d for d in ranked if aucs[d - 1] >= auc_min][:max_gates] or ranked[:1] or [1]
     chosen = sorted(chosen)

@@ -12,14 +12,18 @@ trees' sizes, plus one draft forward per draft depth over the nodes expanded at 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from icml26.sim.cost import CostModel, HardwareSpec, ModelSpec, RooflineCost
+from icml26.sim.gemm import GemmEfficiency, gemm_table
+from icml26.sim.replica import ReplicaCost
 
-__all__ = ["Knee", "fit_knee", "SpecCost", "gpu_spec_cost"]
+__all__ = ["Knee", "fit_knee", "SpecCost", "gpu_spec_cost", "replica_spec_cost", "spec_from_config",
+           "eagle_head_spec", "SENSITIVITY"]
 
 
 @dataclass(frozen=True)
@@ -129,3 +133,58 @@ def gpu_spec_cost(context: int = 1024, target: ModelSpec | None = None, hw: Hard
                       tied_embeddings=True)
     dhw = HardwareSpec(hw.name, hw.peak_flops, hw.mem_bw, hw.mem_bytes, hw.mfu, hw.mbu, draft_overhead_s, hw.link_bw)
     return SpecCost(RooflineCost(target, hw), RooflineCost(dspec, dhw), context)
+
+
+def spec_from_config(cfg, name: str | None = None, dtype_bytes: float = 2.0) -> ModelSpec:
+    """A :class:`ModelSpec` from an HF config (Llama / Qwen2 / Qwen3 fields)."""
+    heads = cfg.num_attention_heads
+    return ModelSpec(name or getattr(cfg, "_name_or_path", "") or cfg.model_type, cfg.num_hidden_layers,
+                     cfg.hidden_size, heads, getattr(cfg, "num_key_value_heads", None) or heads,
+                     cfg.intermediate_size, cfg.vocab_size, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
+                     dtype_bytes, bool(getattr(cfg, "tie_word_embeddings", False)))
+
+
+def eagle_head_spec(target: ModelSpec, layers: int = 1, vocab: int = 32000) -> ModelSpec:
+    """An EAGLE-3-like draft head: ``layers`` decoder layers of the target's shape, a ``vocab`` head."""
+    return ModelSpec(f"{target.name} draft ({layers} layer)", layers, target.hidden, target.n_heads,
+                     target.n_kv_heads, target.ffn, vocab, target.head_dim, target.dtype_bytes, tied_embeddings=True)
+
+
+#: One-at-a-time sensitivity settings of the modelled GPU cost: GEMM/attention efficiency scaled
+#: (MFU), achieved memory bandwidth fraction (MBU, default 0.7) and cached context per request.
+SENSITIVITY: dict[str, dict] = {
+    "nominal": {},
+    "MFU x0.7": {"mfu_scale": 0.7},
+    "MFU x1.15": {"mfu_scale": 1.15},
+    "MBU 0.55": {"mbu": 0.55},
+    "MBU 0.85": {"mbu": 0.85},
+    "context 512": {"context": 512},
+    "context 2048": {"context": 2048},
+}
+
+
+def replica_spec_cost(context: int = 1024, target: ModelSpec | None = None, draft: ModelSpec | None = None,
+                      hw: HardwareSpec | None = None, *, mfu_scale: float = 1.0, mbu: float | None = None,
+                      draft_overhead_s: float = 2e-4) -> SpecCost:
+    """The modelled GPU setting on :class:`~icml26.sim.replica.ReplicaCost` (per-GPU GEMM efficiency):
+    ``target`` (default Llama-3-8B) on one ``hw`` (default H100-SXM), drafted by ``draft`` (default an
+    EAGLE-3-like 1-layer head, :func:`eagle_head_spec`; a separate draft model's own shape for a
+    draft/target pair) launched inside the speculative step (CUDA graphs: ``draft_overhead_s`` per
+    draft forward; the target round keeps ``hw.overhead_s``).
+
+    mfu_scale : multiplies the GEMM-efficiency plateau (clipped to 1) and the attention efficiency.
+    mbu : replaces ``hw.mbu`` (achieved fraction of memory bandwidth).
+    """
+    if not mfu_scale > 0:
+        raise ValueError(f"mfu_scale must be > 0; got {mfu_scale}")
+    target = target or ModelSpec.llama3_8b()
+    hw = hw or HardwareSpec.h100()
+    if mbu is not None:
+        hw = dataclasses.replace(hw, mbu=mbu)
+    base = gemm_table().get(hw.name, GemmEfficiency.constant(hw.mfu))
+    gemm = dataclasses.replace(base, e_max=min(1.0, base.e_max * mfu_scale),
+                               source=f"{base.source} x {mfu_scale}" if mfu_scale != 1 else base.source)
+    attn = min(1.0, 0.5 * mfu_scale)
+    dspec = draft or eagle_head_spec(target)
+    return SpecCost(ReplicaCost(target, hw, gemm=gemm, attn_eff=attn),
+                    ReplicaCost(dspec, hw, gemm=gemm, attn_eff=attn, overhead_s=draft_overhead_s), context)

@@ -92,8 +92,8 @@ class SpeculativeDecoder:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int = 1,
-                 eos_token_id: int | None = None, temperature: float = 0.0) -> GenerateOutput:
-        """prompts : token id lists. Returns the generated ids per prompt (prompt excluded) and a
+                 eos_token_id: int | Sequence[int] | None = None, temperature: float = 0.0) -> GenerateOutput:
+        """prompts : token id lists. eos_token_id : one id or several (any of them stops a row). Returns the generated ids per prompt (prompt excluded) and a
         per-step log. Raises up front when a prompt + ``max_new_tokens`` exceeds the positions."""
         if temperature != 0.0:
             raise NotImplementedError("only greedy decoding (temperature=0) is implemented")
@@ -148,13 +148,23 @@ class SpeculativeDecoder:
         return out
 
 
-def _done(toks: list[int], n: int, eos: int | None) -> bool:
-    return len(toks) >= n or (eos is not None and eos in toks)
+def _eos(eos) -> set[int]:
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(x) for x in eos}
 
 
-def _truncate(toks: list[int], n: int, eos: int | None) -> list[int]:
-    if eos is not None and eos in toks:
-        toks = toks[: toks.index(eos) + 1]
+def _done(toks: list[int], n: int, eos) -> bool:
+    stops = _eos(eos)
+    return len(toks) >= n or any(t in stops for t in toks)
+
+
+def _truncate(toks: list[int], n: int, eos) -> list[int]:
+    stops = _eos(eos)
+    for j, t in enumerate(toks):
+        if t in stops:
+            toks = toks[: j + 1]
+            break
     return toks[:n]
 
 

@@ -1,9 +1,12 @@
 """The ECHO experiment: greedy continuations, exact replay of every policy, modelled throughput.
 
-Measured (real model, CPU): the target's greedy continuations, the self-draft's trees and the
-acceptance of every policy (tokens emitted per verification, tree sizes, verified per accepted).
-Modelled: seconds per iteration from :class:`~icml26.echo.cost.SpecCost` (default: an 8B Llama-3
-target on one H100 with an EAGLE-3-like one-layer draft), giving tokens/s at every batch size.
+Measured (real models, CPU): the target's greedy continuations, the draft's trees and the
+acceptance of every policy (tokens emitted per verification, tree sizes, verified per accepted),
+cached per (models, sizes) so that reruns and the modelled sweep do not recompute them.
+Modelled: seconds per iteration from a :class:`~icml26.echo.cost.SpecCost` factory (default: an
+8B Llama-3 target on one H100 with an EAGLE-3-like head on ``ReplicaCost``), at every batch size,
+with each baseline tuned per batch size on the calibration prompts and a one-at-a-time
+sensitivity band over the cost model's assumptions.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
-from icml26.echo.calibrate import calibrate_gates, gate_statistics
-from icml26.echo.cost import SpecCost, gpu_spec_cost
+from icml26.core.stats import bracket
+from icml26.echo.calibrate import GateCalibration, calibrate_gates, gate_statistics
+from icml26.echo.cost import SENSITIVITY, SpecCost, replica_spec_cost
 from icml26.echo.decode import SpeculativeDecoder
 from icml26.echo.draft import choose_exit_layer, exit_layer_agreement
 from icml26.echo.model import TreeLM
@@ -25,14 +30,21 @@ from icml26.echo.prompts import echo_prompts
 from icml26.echo.replay import ReplaySet, make_groups, replay_positions
 
 __all__ = ["ExperimentConfig", "chat_ids", "greedy_continuations", "run_experiment", "live_decoding", "BASELINES",
-           "ORACLE", "oracle_chain", "tree_differences"]
+           "ORACLE", "oracle_chain", "tree_differences", "static_shape", "measure_traces"]
 
-BASELINES = ("StaticTree", "StaticTree-SGLang", "DenseDynamic", "AdaptiveChain")
+#: the baselines of the headline: two published static shapes and three arms tuned per batch size
+BASELINES = ("StaticTree", "StaticTree-SGLang", "StaticTree (tuned)", "DenseDynamic (tuned)", "AdaptiveChain (tuned)")
+ECHO_VARIANTS = ("Echo", "Echo (single tau)", "Echo (dense gates)", "Echo (no gates)")
 
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """Sizes of one ECHO replay experiment (see docs/echo.md for the defaults' sources)."""
+    """Sizes of one ECHO replay experiment (see docs/echo.md for the defaults' sources).
+
+    batch_sizes, headline_b : the modelled batch sizes and the headline's. tune_cap,
+    tune_extend : the bracketing tuner's extensions (the same budget for every tuned arm).
+    sensitivity : run the one-at-a-time cost-model band (:data:`~icml26.echo.cost.SENSITIVITY`).
+    """
 
     n_prompts: int = 24
     n_calib: int = 8
@@ -42,7 +54,7 @@ class ExperimentConfig:
     topk: int = 10
     total: int = 60
     batch_sizes: tuple[int, ...] = (1, 8, 32, 128, 256)
-    headline_b: int = 128
+    headline_b: int = 32
     exit_layer: int | None = None
     agreement_target: float = 0.5
     auc_min: float = 0.6
@@ -53,11 +65,14 @@ class ExperimentConfig:
     live_prompts: int = 8
     live_tokens: int = 48
     live_batch_sizes: tuple[int, ...] = (1, 8)
+    tune_extend: int = 2
+    tune_cap: int = 2
+    sensitivity: bool = True
     seed: int = 0
 
     def __post_init__(self):
         for f in ("n_prompts", "n_calib", "max_new_tokens", "stride", "depth", "topk", "total", "gen_batch",
-                  "live_prompts", "live_tokens"):
+                  "live_prompts", "live_tokens", "tune_extend"):
             if getattr(self, f) < 1:
                 raise ValueError(f"ExperimentConfig.{f} must be >= 1; got {getattr(self, f)}")
         if not self.live_batch_sizes or min(self.live_batch_sizes) < 1:
@@ -78,15 +93,19 @@ def chat_ids(tok, text: str) -> list[int]:
 
 
 def greedy_continuations(lm: TreeLM, prompts: list[list[int]], max_new_tokens: int, batch: int,
-                         eos: int | None, progress=None) -> list[list[int]]:
-    """The target's greedy continuations, decoded in batches (AR trees, no padding bucket)."""
+                         eos: int | None, progress=None, memo=None) -> list[list[int]]:
+    """The target's greedy continuations, decoded in batches (AR trees, no padding bucket);
+    ``memo`` (a :class:`~icml26.core.checkpoint.Memo`) stores each finished batch (resumable)."""
     dec = SpeculativeDecoder(lm, 1, AR(), k_max=batch, bucket=1)
-    chunks = [prompts[i:i + batch] for i in range(0, len(prompts), batch)]
+    starts = list(range(0, len(prompts), batch))
+    it = starts
     if progress is not None:
-        chunks = progress.track(chunks, total=len(chunks), description="echo: greedy continuations")
+        it = progress.track(starts, total=len(starts), description="echo: greedy continuations")
     out = []
-    for c in chunks:
-        out += dec.generate(c, max_new_tokens, batch_size=len(c), eos_token_id=eos).tokens
+    for i in it:
+        c = prompts[i:i + batch]
+        run = lambda c=c: dec.generate(c, max_new_tokens, batch_size=len(c), eos_token_id=eos).tokens  # noqa: E731
+        out += memo.compute(f"continuations/{i}", run) if memo is not None else run()
     return out
 
 
@@ -96,20 +115,29 @@ def shared_topk(cfg_topk: int, k_max: int, b: int) -> int:
     return int(min(cfg_topk, max(1, math.ceil(k_max / b))))
 
 
-def _policies(cfg: ExperimentConfig, cal, topk: int | None = None) -> list[Policy]:
-    lim = {"depth": cfg.depth, "topk": topk or cfg.topk}
-    return [
-        AR(),
-        StaticTree(depth=cfg.depth, topk=cfg.topk, total=cfg.total),
-        StaticTree(depth=5, topk=4, total=8, name="StaticTree-SGLang"),
-        DenseDynamic(tau=cal.single_tau, total=cfg.total, **lim),
-        AdaptiveChain(depth=cfg.depth),
-        Echo(gate_depths=cal.gate_depths, taus=cal.taus, total=cfg.total, **lim),
-        Echo(gate_depths=cal.gate_depths, taus=(cal.single_tau,) * len(cal.gate_depths), total=cfg.total,
-             name="Echo (single tau)", **lim),
-        Echo(gate_depths=tuple(range(1, cfg.depth + 1)), taus=cal.dense_taus, total=cfg.total,
-             name="Echo (dense gates)", **lim),
-    ]
+def reach_depth(k_max: int, b: int, depth: int) -> int:
+    """The draft depth an even budget share lets a request reach: ``ceil(k_max / b) - 1`` (root
+    excluded), clipped to [1, ``depth``]; ECHO's gate depths are calibrated among these depths."""
+    return int(min(depth, max(1, math.ceil(k_max / b) - 1)))
+
+
+def static_shape(n: int, depth_cap: int = 8, name: str = "StaticTree (tuned)") -> StaticTree:
+    """The static tree with ``n`` draft tokens (SGLang's ``num_draft_tokens``): ``depth =
+    round(log2 n + 2)`` steps (5 at 8 tokens, 8 at 60: SGLang's high-load default and EAGLE-3's),
+    clipped to [1, ``depth_cap``], top-k 4 up to 16 tokens (SGLang) and 10 above (EAGLE-3)."""
+    n = max(1, int(n))
+    depth = int(min(depth_cap, max(1, round(math.log2(n) + 2))))
+    return StaticTree(depth=depth, topk=4 if n <= 16 else 10, total=n, name=name)
+
+
+def echo_variants(cfg: ExperimentConfig, cal: GateCalibration, topk: int) -> list[Policy]:
+    """Echo and its ablations (one tau, a gate at every depth, no gates) with calibration ``cal``."""
+    lim = {"depth": cfg.depth, "topk": topk, "total": cfg.total}
+    return [Echo(gate_depths=cal.gate_depths, taus=cal.taus, **lim),
+            Echo(gate_depths=cal.gate_depths, taus=(cal.single_tau,) * len(cal.gate_depths),
+                 name="Echo (single tau)", **lim),
+            Echo(gate_depths=tuple(range(1, cfg.depth + 1)), taus=cal.dense_taus, name="Echo (dense gates)", **lim),
+            Echo(gate_depths=(), taus=(), name="Echo (no gates)", **lim)]
 
 
 ORACLE = "Oracle draft (acceptance 1)"
@@ -154,13 +182,82 @@ def _simulate(rs: ReplaySet, pol: Policy, groups, k_max: int, cost: SpecCost, ke
     return np.array(tok, float), np.array(sec), np.array(ver, float), np.array(n, float)
 
 
-def run_experiment(model, tok, cfg: ExperimentConfig, cost: SpecCost | None = None, progress=None,
-                   draft=None) -> dict:
-    """Run everything; returns a JSON-able dict (rows, calibration, headline bootstrap, ...).
+def _groups(samples: list[int], b: int, seed: int) -> list[list[int]]:
+    g = make_groups(len(samples), b, max(3, math.ceil(2 * len(samples) / b)), seed)
+    return [[samples[j] for j in x] for x in g]
 
-    ``draft``: a separate same-vocabulary causal LM (default: the self-draft of ``cfg.exit_layer``
-    layers, swept when ``None``)."""
-    cost = cost or gpu_spec_cost(cfg.context)
+
+def _tps(rs, pol, groups, k_max, cost) -> float:
+    tk, sec, _, _ = _simulate(rs, pol, groups, k_max, cost)
+    return float(tk.sum() / sec.sum())
+
+
+def tune_baselines(rs: ReplaySet, calib: list[int], cfg: ExperimentConfig, b: int, k_max: int, cost: SpecCost,
+                   topk: int, cal: GateCalibration) -> dict[str, dict]:
+    """Tune every parametrised baseline at batch ``b`` on the calibration samples with the bracketing
+    tuner (:func:`icml26.core.stats.bracket`: 3-point log2 grid, ``cfg.tune_extend`` points per
+    extension, at most ``cfg.tune_cap`` extensions, objective = modelled tokens/s): static tree size
+    ``n`` (:func:`static_shape`), DenseDynamic's per-request budget, AdaptiveChain's depth limit.
+    Returns ``{arm: {"policy", "param", "grid", "scores", "interior", "evaluations"}}``."""
+    groups = _groups(calib, b, cfg.seed + 7)
+    share = max(2.0, min(k_max // b - 1, cfg.total / 2))  # the even share, the grid's centre
+    arms = {
+        "StaticTree (tuned)": (lambda n: static_shape(n, cfg.depth), (4, 8, 16), (2, 64)),
+        "DenseDynamic (tuned)": (lambda n: DenseDynamic(tau=cal.single_tau, depth=cfg.depth, topk=topk,
+                                                        total=cfg.total, per_request=n, name="DenseDynamic (tuned)"),
+                                 (share / 2, share, 2 * share), (1, cfg.total)),
+        "AdaptiveChain (tuned)": (lambda n: AdaptiveChain(depth=n, name="AdaptiveChain (tuned)"),
+                                  (cfg.depth / 4, cfg.depth / 2, cfg.depth), (1, cfg.depth)),
+    }
+    out = {}
+    for arm, (make, grid, bounds) in arms.items():
+        seen: dict[int, float] = {}
+
+        def objective(x, make=make, seen=seen):
+            n = int(round(x))
+            if n not in seen:
+                seen[n] = _tps(rs, make(n), groups, k_max, cost)
+            return seen[n]
+
+        res = bracket(objective, grid, minimize=False, extend_by=cfg.tune_extend, cap=cfg.tune_cap, bounds=bounds)
+        best = int(round(res.best))
+        out[arm] = {"policy": make(best), "param": best, "grid": [int(round(g)) for g in res.grid],
+                    "scores": [float(v) for v in res.scores], "interior": bool(res.interior),
+                    "evaluations": len(seen)}
+    return out
+
+
+def _setting(rs, calib, conf, acc, cfg, b, cost) -> dict:
+    """Everything decided before evaluation at batch ``b`` under ``cost``: K_max, beam width,
+    the gate calibration within the reachable depths, the tuned baselines and every policy."""
+    knee = cost.knee(b)
+    k_max = max(b, int(knee.k_max))
+    topk = shared_topk(cfg.topk, k_max, b)
+    reach = reach_depth(k_max, b, cfg.depth)
+    cal = calibrate_gates(conf, acc, cfg.auc_min, cfg.max_gates, max_depth=reach)
+    tuned = tune_baselines(rs, calib, cfg, b, k_max, cost, topk, cal)
+    pols = [AR(), StaticTree(depth=cfg.depth, topk=cfg.topk, total=cfg.total),
+            StaticTree(depth=5, topk=4, total=8, name="StaticTree-SGLang")]
+    pols += [t["policy"] for t in tuned.values()] + echo_variants(cfg, cal, topk)
+    return {"knee": knee, "k_max": k_max, "topk": topk, "reach": reach, "cal": cal, "tuned": tuned, "pols": pols}
+
+
+def headline_ratio(rs, pols, groups, k_max, cost) -> tuple[float, str]:
+    """Echo's modelled tokens/s over the best baseline's on ``groups``, and that baseline."""
+    tps = {p.name: _tps(rs, p, groups, k_max, cost) for p in pols if p.name in BASELINES or p.name == "Echo"}
+    best = max(BASELINES, key=lambda n: tps[n])
+    return tps["Echo"] / tps[best], best
+
+
+def measure_traces(model, tok, cfg: ExperimentConfig, draft=None, cache_dir: Path | None = None,
+                   progress=None) -> dict:
+    """The measured part: prompts, the target's greedy continuations, the replay positions, the
+    draft's beams (a :class:`ReplaySet` with its memoized oracle) and the gate statistics.
+
+    ``cache_dir``: continuations go to a resumable ``Memo`` there and the draft oracle's memo to an
+    ``.npz`` (both keyed by the models, dtype and sizes), so a rerun skips them."""
+    from icml26.core.checkpoint import Memo, source_fingerprint
+
     lm = TreeLM(model)
     dlm = lm if draft is None else TreeLM(draft)
     if dlm.vocab != lm.vocab:
@@ -178,11 +275,23 @@ def run_experiment(model, tok, cfg: ExperimentConfig, cost: SpecCost | None = No
         exit_layer = choose_exit_layer(agreement, cfg.agreement_target)
     texts = echo_prompts(cfg.n_prompts + cfg.n_calib, seed=cfg.seed)
     prompts = [chat_ids(tok, t) for _, t in texts]
-    conts = greedy_continuations(lm, prompts, cfg.max_new_tokens, cfg.gen_batch, tok.eos_token_id, progress)
+    memo, memo_file = None, None
+    if cache_dir is not None:
+        key = {"target": str(getattr(model, "name_or_path", "")), "draft": str(getattr(draft, "name_or_path", "")),
+               "dtype": str(lm.dtype), "exit_layer": exit_layer, "n": cfg.n_prompts + cfg.n_calib,
+               "tokens": cfg.max_new_tokens, "seed": cfg.seed, "gen_batch": cfg.gen_batch,
+               "code": source_fingerprint("icml26.echo.model", "icml26.echo.decode", "icml26.echo.verify")}
+        cache_dir = Path(cache_dir)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        memo = Memo(cache_dir / "continuations.json", config=key)
+        memo_file = cache_dir / f"draft_memo_s{cfg.stride}_d{cfg.depth}.npz"
+    conts = greedy_continuations(lm, prompts, cfg.max_new_tokens, cfg.gen_batch, tok.eos_token_id, progress, memo)
     seqs = [p + c for p, c in zip(prompts, conts, strict=True)]
     positions = [replay_positions(len(p), len(s), cfg.depth, cfg.stride) for p, s in zip(prompts, seqs, strict=True)]
-    rs = ReplaySet(dlm, exit_layer, seqs, positions, progress)
+    rs = ReplaySet(dlm, exit_layer, seqs, positions, progress, memo_file=memo_file)
     rs.warm(cfg.topk, cfg.depth, progress)
+    if memo_file is not None:
+        rs.save_memo(memo_file)
     by_prompt: dict[int, list[int]] = {}
     for s, (i, _) in enumerate(rs.samples):
         by_prompt.setdefault(i, []).append(s)
@@ -191,47 +300,105 @@ def run_experiment(model, tok, cfg: ExperimentConfig, cost: SpecCost | None = No
     if not calib or not eval_prompts:
         raise RuntimeError("no replay positions: prompts ended (EOS) before depth + 1 tokens")
     conf, acc = gate_statistics(rs, calib, cfg.topk, cfg.depth)
-    cal = calibrate_gates(conf, acc, cfg.auc_min, cfg.max_gates)
+    return {"rs": rs, "exit_layer": exit_layer, "agreement": agreement, "by_prompt": by_prompt,
+            "eval_prompts": eval_prompts, "calib": calib, "conf": conf, "acc": acc, "conts": conts,
+            "memo_file": memo_file, "loaded_nodes": rs.loaded}
+
+
+def run_experiment(model, tok, cfg: ExperimentConfig, cost: SpecCost | Callable[..., SpecCost] | None = None,
+                   progress=None, draft=None, cache_dir: Path | None = None) -> dict:
+    """Run everything; returns a JSON-able dict (rows, calibration, tuning, band, bootstrap, ...).
+
+    ``cost``: a :class:`SpecCost`, or a factory ``cost(context=..., mfu_scale=..., mbu=...)``
+    (needed for the sensitivity band; default :func:`~icml26.echo.cost.replica_spec_cost`).
+    ``draft``: a separate same-vocabulary causal LM (default: the self-draft of ``cfg.exit_layer``
+    layers, swept when ``None``)."""
+    factory = cost if callable(cost) and not isinstance(cost, SpecCost) else None
+    if cost is None:
+        factory = replica_spec_cost
+    nominal = factory(context=cfg.context) if factory is not None else cost
+    tr = measure_traces(model, tok, cfg, draft, cache_dir, progress)
+    rs, by_prompt, eval_prompts, calib = tr["rs"], tr["by_prompt"], tr["eval_prompts"], tr["calib"]
+    conf, acc = tr["conf"], tr["acc"]
+    cal_full = calibrate_gates(conf, acc, cfg.auc_min, cfg.max_gates)
     eval_samples = [s for i in eval_prompts for s in by_prompt[i]]
-    rows, knees, trees = [], {}, {}
+    rows, knees, trees, tuning, settings, gates_act = [], {}, {}, {}, {}, {}
     it = cfg.batch_sizes
     if progress is not None:
-        it = progress.track(it, total=len(it), description="echo: replay policies")
+        it = progress.track(it, total=len(it), description="echo: tune and replay")
     for b in it:
-        knee = cost.knee(b)
-        k_max = max(b, int(knee.k_max))
-        knees[b] = asdict(knee) | {"k_max_used": k_max}
-        groups = make_groups(len(eval_samples), b, max(3, math.ceil(2 * len(eval_samples) / b)), cfg.seed)
-        groups = [[eval_samples[j] for j in g] for g in groups]
-        topk = shared_topk(cfg.topk, k_max, b)
-        pols = _policies(cfg, cal, topk)
+        st = _setting(rs, calib, conf, acc, cfg, b, nominal)
+        settings[b] = st
+        k_max = st["k_max"]
+        knees[b] = asdict(st["knee"]) | {"k_max_used": k_max, "reach": st["reach"],
+                                         "gate_depths": list(st["cal"].gate_depths), "taus": list(st["cal"].taus)}
+        tuning[b] = {a: {k: v for k, v in t.items() if k != "policy"} for a, t in st["tuned"].items()}
+        groups = _groups(eval_samples, b, cfg.seed)
         ar_tps = None
-        for pol in pols:
-            keep = trees.setdefault(pol.name, []) if b == cfg.headline_b and not isinstance(pol, AR) else None
-            tk, sec, ver, n = _simulate(rs, pol, groups, k_max, cost, keep)
+        recs = {}
+        for pol in st["pols"]:
+            keep = [] if pol.name in BASELINES or pol.name.startswith("Echo") else None
+            tk, sec, ver, n = _simulate(rs, pol, groups, k_max, nominal, keep)
+            if keep is not None:
+                recs[pol.name] = keep
             tps = tk.sum() / sec.sum()
             ar_tps = tps if isinstance(pol, AR) else ar_tps
-            rows.append({"policy": pol.name, "B": b, "K_max": k_max, "beam top-k": getattr(pol, "topk", 1), "MAT": tk.sum() / n.sum(),
-                         "mean K_i": ver.sum() / n.sum(), "verified/accepted": ver.sum() / tk.sum(),
-                         "tokens/s (modelled)": tps, "speed-up vs AR": tps / ar_tps})
-        orc = oracle_chain(cfg.depth, b, k_max, cost)
-        rows.append({"policy": ORACLE, "B": b, "K_max": k_max, "beam top-k": 1, **orc,
+            rows.append({"policy": pol.name, "B": b, "K_max": k_max, "beam top-k": getattr(pol, "topk", 1),
+                         "param": _param(pol), "MAT": tk.sum() / n.sum(), "mean K_i": ver.sum() / n.sum(),
+                         "verified/accepted": ver.sum() / tk.sum(), "tokens/s (modelled)": tps,
+                         "speed-up vs AR": tps / ar_tps})
+        gates_act[b] = tree_differences(recs["Echo"], recs["Echo (no gates)"])
+        if b == cfg.headline_b:
+            trees = {k: v for k, v in recs.items() if k in BASELINES or k == "Echo"}
+        orc = oracle_chain(cfg.depth, b, k_max, nominal)
+        rows.append({"policy": ORACLE, "B": b, "K_max": k_max, "beam top-k": 1, "param": "", **orc,
                      "speed-up vs AR": orc["tokens/s (modelled)"] / ar_tps})
-    pols = _policies(cfg, cal, shared_topk(cfg.topk, max(cfg.headline_b, int(cost.knee(cfg.headline_b).k_max)),
-                                           cfg.headline_b))
-    boot = _bootstrap(rs, pols, by_prompt, eval_prompts, cfg, cost, progress)
-    return {"config": asdict(cfg), "exit_layer": exit_layer, "agreement": agreement,
-            "n_samples": len(eval_samples), "n_calib_samples": len(calib), "calibration": cal.to_dict(),
-            "knees": knees, "rows": rows, "bootstrap": boot, "headline_trees": trees,
-            "continuation_lengths": [len(c) for c in conts], "draft_nodes_run": rs.oracle.nodes_run}
+    hb = cfg.headline_b
+    st = settings[hb]
+    boot = _bootstrap(rs, st["pols"], by_prompt, eval_prompts, cfg, nominal, st["k_max"], progress)
+    band = {}
+    if factory is not None and cfg.sensitivity:
+        groups = _groups(eval_samples, hb, cfg.seed)
+        its = list(SENSITIVITY.items())
+        if progress is not None:
+            its = progress.track(its, total=len(its), description="echo: sensitivity band")
+        for name, kw in its:
+            c = factory(**({"context": cfg.context} | kw))
+            sx = settings[hb] if name == "nominal" else _setting(rs, calib, conf, acc, cfg, hb, c)
+            r, best = headline_ratio(rs, sx["pols"], groups, sx["k_max"], c)
+            band[name] = {"ratio": r, "best baseline": best, "K_max": sx["k_max"], "reach": sx["reach"],
+                          "gate_depths": list(sx["cal"].gate_depths),
+                          "tuned": {a: t["param"] for a, t in sx["tuned"].items()}}
+    if memo_file := tr["memo_file"]:
+        rs.save_memo(memo_file)  # nodes the policies' own beams added
+    return {"config": asdict(cfg), "exit_layer": tr["exit_layer"], "agreement": tr["agreement"],
+            "n_samples": len(eval_samples), "n_calib_samples": len(calib), "calibration": cal_full.to_dict(),
+            "knees": knees, "tuning": tuning, "gates_act": gates_act, "rows": rows, "bootstrap": boot,
+            "band": band, "headline_trees": trees, "continuation_lengths": [len(c) for c in tr["conts"]],
+            "draft_nodes_run": rs.oracle.nodes_run, "draft_nodes_loaded": tr["loaded_nodes"],
+            "headline_calibration": settings[hb]["cal"].to_dict(), "headline_k_max": settings[hb]["k_max"],
+            "headline_topk": settings[hb]["topk"],
+            "gate_stats": {"conf": np.asarray(conf).tolist(), "acc": np.asarray(acc).tolist()}}
 
 
-def _bootstrap(rs, pols, by_prompt, eval_prompts, cfg, cost, progress) -> list[float]:
-    """Headline ratio (Echo / best baseline tokens/s at ``headline_b``) over prompt resamples."""
+def _param(pol: Policy) -> str:
+    if isinstance(pol, StaticTree):
+        return f"{pol.depth}/{pol.topk}/{pol.total}"
+    if isinstance(pol, DenseDynamic):
+        return f"per-request {pol.per_request}" if pol.per_request is not None else "even share"
+    if isinstance(pol, AdaptiveChain):
+        return f"depth {pol.depth}"
+    if isinstance(pol, Echo):
+        return f"gates {list(pol.gate_depths)}" if pol.gate_depths and len(pol.gate_depths) < pol.depth else (
+            "every depth" if pol.gate_depths else "none")
+    return ""
+
+
+def _bootstrap(rs, pols, by_prompt, eval_prompts, cfg, cost, k_max, progress) -> list[float]:
+    """Headline ratio (Echo / best baseline tokens/s at ``headline_b``) over prompt resamples, the
+    policies (tuned parameters, gates) fixed as chosen on the calibration prompts."""
     b = cfg.headline_b
-    k_max = max(b, int(cost.knee(b).k_max))
     rng = np.random.default_rng(cfg.seed + 1)
-    wanted = {p.name: p for p in pols if p.name in BASELINES or p.name == "Echo"}
     out = []
     it = range(cfg.n_boot)
     if progress is not None:
@@ -239,22 +406,16 @@ def _bootstrap(rs, pols, by_prompt, eval_prompts, cfg, cost, progress) -> list[f
     for r in it:
         picks = rng.choice(eval_prompts, size=len(eval_prompts), replace=True)
         pool = [s for i in picks for s in by_prompt[int(i)]]
-        groups = make_groups(len(pool), b, max(3, math.ceil(2 * len(pool) / b)), cfg.seed + 100 + r)
-        groups = [[pool[j] for j in g] for g in groups]
-        tps = {}
-        for name, pol in wanted.items():
-            tk, sec, _, _ = _simulate(rs, pol, groups, k_max, cost)
-            tps[name] = tk.sum() / sec.sum()
-        out.append(tps["Echo"] / max(tps[n] for n in BASELINES))
+        out.append(headline_ratio(rs, pols, _groups(pool, b, cfg.seed + 100 + r), k_max, cost)[0])
     return out
 
 
-def live_policies(cfg: ExperimentConfig, cal, topk: int) -> list[Policy]:
-    """The live-decoding rows' policies: AR, EAGLE-3's static tree, DenseDynamic and Echo, with the
-    replay's calibrated gates and the shared beam-width rule."""
+def live_policies(cfg: ExperimentConfig, cal: GateCalibration, topk: int, reach: int) -> list[Policy]:
+    """The live-decoding rows' policies: AR, SGLang's static tree, an adaptive chain as deep as the
+    even budget share reaches, and Echo with gates calibrated within that reach."""
     lim = {"depth": cfg.depth, "topk": topk, "total": cfg.total}
-    return [AR(), StaticTree(depth=cfg.depth, topk=cfg.topk, total=cfg.total),
-            DenseDynamic(tau=cal.single_tau, **lim), Echo(gate_depths=cal.gate_depths, taus=cal.taus, **lim)]
+    return [AR(), StaticTree(depth=5, topk=4, total=8, name="StaticTree-SGLang"),
+            AdaptiveChain(depth=reach), Echo(gate_depths=cal.gate_depths, taus=cal.taus, **lim)]
 
 
 def live_decoding(model, tok, cfg: ExperimentConfig, draft, cal, k_max_of: Callable[[int], int],
@@ -262,7 +423,8 @@ def live_decoding(model, tok, cfg: ExperimentConfig, draft, cal, k_max_of: Calla
     """Real speculative decoding on this device: wall-clock tokens/s of every live policy vs AR.
 
     ``draft``: an exit layer ``l`` (self-draft) or a same-vocabulary model. ``cal``: the gate
-    calibration (:class:`~icml26.echo.calibrate.GateCalibration`). ``k_max_of(B)``: the budget at
+    calibration (:class:`~icml26.echo.calibrate.GateCalibration`), or ``cal(reach)`` giving one
+    calibrated within the reachable depths. ``k_max_of(B)``: the budget at
     batch size B. The first ``cfg.live_prompts`` evaluation prompts decode ``cfg.live_tokens``
     greedy tokens at each B in ``cfg.live_batch_sizes`` (slots refilled); every policy's output is
     compared token for token with AR's at the same B. Verification rows are padded only to the
@@ -273,7 +435,9 @@ def live_decoding(model, tok, cfg: ExperimentConfig, draft, cal, k_max_of: Calla
     jobs = []
     for b in cfg.live_batch_sizes:
         k_max = max(b, int(k_max_of(b)))
-        jobs += [(b, k_max, pol) for pol in live_policies(cfg, cal, shared_topk(cfg.topk, k_max, b))]
+        reach = reach_depth(k_max, b, cfg.depth)
+        cb = cal(reach) if callable(cal) else cal
+        jobs += [(b, k_max, pol) for pol in live_policies(cfg, cb, shared_topk(cfg.topk, k_max, b), reach)]
     it = jobs
     if progress is not None:
         it = progress.track(jobs, total=len(jobs), description="echo: live decoding")

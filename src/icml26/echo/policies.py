@@ -163,24 +163,28 @@ class StaticTree(Policy):
 
 @dataclass(frozen=True)
 class DenseDynamic(Policy):
-    """A gate at every depth with one threshold ``tau``; per-request budget ``k_max // B``."""
+    """A gate at every depth with one threshold ``tau``; a per-request budget of ``per_request``
+    draft nodes (``None``: the even share ``k_max // B - 1``; a tuned value may exceed it)."""
 
     tau: float = 0.3
     depth: int = 8
     topk: int = 10
     total: int = 60
+    per_request: int | None = None
     name: str = "DenseDynamic"
 
     def __post_init__(self):
         _check_tau(self.tau, "tau")
         _check_shape(self.depth, self.topk, self.total)
+        if self.per_request is not None and self.per_request < 0:
+            raise ValueError(f"per_request must be >= 0 or None; got {self.per_request}")
 
     def tree_key(self, n_reqs, k_max):
-        return (self, k_max // max(n_reqs, 1))  # a fixed per-request share
+        return (self, k_max // max(n_reqs, 1) if self.per_request is None else None)
 
     def build(self, oracle, reqs, roots, k_max):
         self._check(reqs, k_max)
-        per = k_max // len(reqs) - 1
+        per = k_max // len(reqs) - 1 if self.per_request is None else self.per_request
         out = []
         for req, root in zip(reqs, roots, strict=True):
             beam = _Beam(oracle, req, self.topk)
@@ -197,7 +201,15 @@ class DenseDynamic(Policy):
 
 @dataclass(frozen=True)
 class AdaptiveChain(Policy):
-    """vLLM adaptive verification: top-1 chains, slots admitted by survival probability."""
+    """vLLM adaptive verification: top-1 chains (at most ``depth`` deep), slots admitted across the
+    batch by survival probability (product of the draft's probabilities along the chain) until
+    ``sum K_i = k_max``.
+
+    Survival is non-increasing along a chain, so admitting best-first (pop the best next slot,
+    draft one more token of that chain only) admits exactly the top ``k_max - B`` slots of fully
+    drafted chains while each chain is drafted only as deep as it is admitted, plus the one draft
+    step that priced its first refused slot (charged like :class:`Echo`'s extensions).
+    """
 
     depth: int = 8
     name: str = "AdaptiveChain"
@@ -207,18 +219,24 @@ class AdaptiveChain(Policy):
 
     def build(self, oracle, reqs, roots, k_max):
         self._check(reqs, k_max)
-        slots = []  # (-survival log prob, depth, i, path)
-        for i, req in enumerate(reqs):
-            beam = _Beam(oracle, req, 1)
-            for d in range(1, self.depth + 1):
-                (p, s), = beam.grow().items()
-                slots.append((-s, d, i, p))
+        budget = k_max - len(reqs)
+        beams = [_Beam(oracle, req, 1) for req in reqs]
         chosen: list[dict[Path, float]] = [{} for _ in reqs]
-        for neg, _d, i, p in sorted(slots)[: k_max - len(reqs)]:
-            chosen[i][p] = -neg
-        # survival is non-increasing along a chain, so the admitted slots are prefixes
-        return [DraftTree.from_paths(r, top_closed(c, len(c)), [1] * self.depth)
-                for r, c in zip(roots, chosen, strict=True)]
+        heap = []  # (-survival log prob of the next slot, depth, i)
+        if budget > 0:
+            for i, beam in enumerate(beams):
+                beam.grow()
+                heapq.heappush(heap, (-beam.best(1), 1, i))
+        while heap and budget > 0:
+            neg, d, i = heapq.heappop(heap)
+            beam = beams[i]
+            (p, s), = beam.layers[d - 1].items()
+            chosen[i][p] = s
+            budget -= 1
+            if d < self.depth and budget > 0:
+                beam.grow()
+                heapq.heappush(heap, (-beam.best(d + 1), d + 1, i))
+        return [DraftTree.from_paths(r, c, b.expanded) for r, c, b in zip(roots, chosen, beams, strict=True)]
 
 
 def _check_tau(tau: float, name: str) -> None:

@@ -12,6 +12,9 @@ Batches are simulated by grouping B samples into one iteration under a shared bu
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -68,25 +71,63 @@ class ReplaySet:
     """
 
     def __init__(self, lm: TreeLM, exit_layer: int | None, seqs: Sequence[Sequence[int]],
-                 positions: Sequence[Sequence[int]], progress=None):
+                 positions: Sequence[Sequence[int]], progress=None, memo_file=None):
         self.seqs = [list(s) for s in seqs]
         self._trees: dict = {}  # (policy.tree_key, sample) -> (accepted, K_i, expanded, max depth)
         self.samples: list[tuple[int, int]] = [(i, p) for i, ps in enumerate(positions) for p in ps]
-        ctxs = {}
-        first = {}
-        it = range(len(self.seqs))
-        if progress is not None:
-            it = progress.track(it, total=len(self.seqs), description="echo: draft prefixes")
-        for i in it:
-            ids = torch.as_tensor(self.seqs[i], dtype=torch.int64)
-            logits, cache = lm.prefill(ids, exit_layer)
-            first[i] = (logits, cache)
-        self._full = {i: c for i, (_, c) in first.items()}
-        self.oracle = TreeDraftOracle(lm, exit_layer, ctxs)
-        for s, (i, p) in enumerate(self.samples):
-            logits, cache = first[i]
-            ctxs[s] = DraftContext([(k[:, :, :p], v[:, :, :p]) for k, v in cache], p, self.seqs[i][p])
-            self.oracle.put(s, (), logits[p])  # the root's draft distribution, already computed
+        self.lm, self.exit_layer = lm, exit_layer
+        self._full: dict[int, list] = {}
+        self.oracle = TreeDraftOracle(lm, exit_layer, _LazyContexts(self))
+        self.loaded = 0
+        if memo_file is not None and pathlib.Path(memo_file).exists():
+            self.loaded = self.load_memo(memo_file)
+        if not self.loaded:  # the draft prefixes and root distributions, computed now
+            it = range(len(self.seqs))
+            if progress is not None:
+                it = progress.track(it, total=len(self.seqs), description="echo: draft prefixes")
+            for i in it:
+                self._prefill(i)
+
+    def _prefill(self, i: int) -> list:
+        """The draft's causal pass over sequence ``i``: its cache, and every sample's root
+        distribution put into the memo."""
+        if i not in self._full:
+            logits, cache = self.lm.prefill(torch.as_tensor(self.seqs[i], dtype=torch.int64), self.exit_layer)
+            self._full[i] = cache
+            for s, (j, p) in enumerate(self.samples):
+                if j == i and (s, ()) not in self.oracle.memo:
+                    self.oracle.put(s, (), logits[p])  # the root's draft distribution, already computed
+        return self._full[i]
+
+    def save_memo(self, path) -> None:
+        """Write the draft oracle's memo (every node's top-``KMAX`` ids and log-probs) to ``path``
+        (.npz, no pickles) with the samples it belongs to; :meth:`load_memo` reads it back."""
+        keys = list(self.oracle.memo)
+        width = max((len(p) for _, p in keys), default=0)
+        paths = np.full((len(keys), max(width, 1)), -1, dtype=np.int64)
+        for n, (_, p) in enumerate(keys):
+            paths[n, :len(p)] = p
+        ids = np.stack([self.oracle.memo[k][0] for k in keys]) if keys else np.zeros((0, 1), np.int64)
+        lps = np.stack([self.oracle.memo[k][1] for k in keys]) if keys else np.zeros((0, 1))
+        samples = np.array(self.samples, dtype=np.int64).reshape(-1, 2)
+        seq_hash = np.frombuffer(_seq_digest(self.seqs), dtype=np.uint8)
+        tmp = pathlib.Path(path).with_suffix(".tmp.npz")
+        np.savez(tmp, req=np.array([r for r, _ in keys], dtype=np.int64), paths=paths,
+                 lens=np.array([len(p) for _, p in keys], dtype=np.int64), ids=ids, lps=lps,
+                 samples=samples, seq_hash=seq_hash)
+        os.replace(tmp, path)
+
+    def load_memo(self, path) -> int:
+        """Load a memo written by :meth:`save_memo` for the same sequences and samples; returns
+        the number of nodes loaded (0 when the file belongs to other sequences or samples)."""
+        with np.load(path, allow_pickle=False) as z:
+            if (z["seq_hash"].tobytes() != _seq_digest(self.seqs)
+                    or [tuple(x) for x in z["samples"].tolist()] != [tuple(x) for x in self.samples]):
+                return 0
+            for r, row, n, i, lp in zip(z["req"].tolist(), z["paths"], z["lens"].tolist(), z["ids"], z["lps"],
+                                        strict=True):
+                self.oracle.memo[int(r), tuple(int(t) for t in row[:n])] = (i.astype(np.int64), lp.astype(np.float64))
+            return int(z["req"].size)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -109,16 +150,39 @@ class ReplaySet:
         by_seq: dict[int, list[int]] = {}
         for s, (i, _) in enumerate(self.samples):
             by_seq.setdefault(i, []).append(s)
-        it = sorted(by_seq)
+        it = [i for i in sorted(by_seq) if not self._warm_done(by_seq[i], topk, depth)]
         if progress is not None:
             it = progress.track(it, total=len(by_seq), description="echo: draft beams")
         for i in it:
             self._warm_seq(i, by_seq[i], topk, depth)
 
+    def _warm_done(self, samples: list[int], topk: int, depth: int) -> bool:
+        """Every beam node of these samples is already memoized (e.g. loaded from a cache)."""
+        for s in samples:
+            frontier: list[Path] = [()]
+            for _ in range(depth):
+                if any((s, p) not in self.oracle.memo for p in frontier):
+                    return False
+                layer = {}
+                for p in frontier:
+                    toks, lps = self.oracle.memo[s, p]
+                    score = self._score(s, p)
+                    for t, lp in zip(toks[:topk], lps[:topk], strict=True):
+                        layer[p + (int(t),)] = score + float(lp)
+                frontier = sorted(layer, key=lambda q: (-layer[q], len(q), q))[:topk]
+        return True
+
+    def _score(self, s: int, p: Path) -> float:
+        total = 0.0
+        for j in range(len(p)):
+            toks, lps = self.oracle.memo[s, p[:j]]
+            total += float(lps[list(toks).index(p[j])])
+        return total
+
     @torch.no_grad()
     def _warm_seq(self, i: int, samples: list[int], topk: int, depth: int) -> None:
         lm, ell = self.oracle.lm, self.oracle.n_layers
-        base = self._full[i]
+        base = self._prefill(i)
         length = base[0][0].shape[2]
         beams = {s: _Beam(self.oracle, s, topk) for s in samples}
         col: dict[tuple[int, Path], int] = {}
@@ -171,6 +235,28 @@ class ReplaySet:
             out.append(IterRecord(list(g), [r[0] for r in per], [r[1] for r in per], [list(r[2]) for r in per],
                                   [r[3] for r in per]))
         return out
+
+
+class _LazyContexts(dict):
+    """Sample id -> :class:`DraftContext`, built on first use (the draft prefix pass of its
+    sequence runs only when a node outside the loaded memo is needed)."""
+
+    def __init__(self, rs: ReplaySet):
+        super().__init__()
+        self.rs = rs
+
+    def __missing__(self, s: int) -> DraftContext:
+        i, p = self.rs.samples[s]
+        cache = self.rs._prefill(i)
+        ctx = DraftContext([(k[:, :, :p], v[:, :, :p]) for k, v in cache], p, self.rs.seqs[i][p])
+        self[s] = ctx
+        return ctx
+
+
+def _seq_digest(seqs) -> bytes:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(seqs).encode()).digest()
 
 
 def make_groups(n: int, b: int, n_iter: int, seed: int = 0) -> list[list[int]]:
