@@ -1,6 +1,8 @@
 """ECHO on CPU: the forward-time knee, packed vs per-request verification, wall-clock per policy.
 
-Run: ``.venv/bin/python benchmarks/echo.py [--model PATH] [--dtype bf16] [--prompts 4] [--tokens 32]``
+Run: ``.venv/bin/python benchmarks/echo.py [--model PATH] [--dtype bf16] [--prompts 4] [--tokens 32]``;
+the zoo pair: ``--pair qwen`` (target Qwen2.5-Coder-1.5B-Instruct, draft Qwen2.5-Coder-0.5B-Instruct;
+or ``--model A --draft B``), ``--batch-sizes 1,4``
 (idle machine; ``--device cuda`` on a GPU). Three measurements, side by side in one process:
 
 1. forward seconds vs new tokens (1..128) on a 256-token cache: the verification knee of this
@@ -37,7 +39,7 @@ from icml26.echo.cost import fit_knee  # noqa: E402
 from icml26.echo.decode import SpeculativeDecoder  # noqa: E402
 from icml26.echo.experiment import chat_ids  # noqa: E402
 from icml26.echo.model import TreeLM  # noqa: E402
-from icml26.echo.policies import AR, DenseDynamic, Echo, StaticTree  # noqa: E402
+from icml26.echo.policies import AR, AdaptiveChain, DenseDynamic, Echo, StaticTree  # noqa: E402
 from icml26.echo.prompts import echo_prompts  # noqa: E402
 from icml26.echo.tree import DraftTree  # noqa: E402
 from icml26.echo.verify import verify_batch  # noqa: E402
@@ -135,6 +137,10 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--exit-layer", type=int, default=None)
+    ap.add_argument("--draft", default=None, help="a separate draft model (same tokenizer)")
+    ap.add_argument("--pair", default=None, choices=["qwen"], help="the zoo's Qwen2.5-Coder 1.5B/0.5B pair")
+    ap.add_argument("--batch-sizes", default="1,4")
+    ap.add_argument("--knee-widths", default="1,2,4,8,16,32,64,128")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--plot", default="results/benchmarks/echo_cpu.png")
@@ -157,10 +163,19 @@ def main() -> None:
                   f"{f.get('gamma', float('nan')):.4f} |")
         print(json.dumps(rows))
         return
+    if a.pair == "qwen":
+        a.model, a.draft = a.model or "qwen2.5-coder-1.5b-instruct", a.draft or "qwen2.5-coder-0.5b-instruct"
     model, tok = load_lm(a.model, dtype=parse_dtype(a.dtype), device=a.device)
     lm = TreeLM(model)
-    ell = a.exit_layer or lm.n_layers - 1
-    widths, secs = cpu_knee(lm, (1, 2, 4, 8, 16, 32, 64, 128))
+    if a.draft:
+        from icml26.echo.hf import check_tokenizers
+
+        dmodel, dtok = load_lm(a.draft, dtype=parse_dtype(a.dtype), device=a.device)
+        check_tokenizers(tok, dtok)
+        ell = TreeLM(dmodel)
+    else:
+        ell = a.exit_layer or lm.n_layers - 1
+    widths, secs = cpu_knee(lm, tuple(int(x) for x in a.knee_widths.split(",")))
     knee = fit_knee(widths, secs)
     print("| new tokens | forward ms |\n|---|---|")
     for w, s in zip(widths, secs, strict=True):
@@ -170,11 +185,14 @@ def main() -> None:
     print(f"| verification of 8 trees x 9 tokens | packed {1e3 * tp:.0f} ms | per-request loop {1e3 * tl:.0f} ms "
           f"| loop / packed {tl / tp:.2f}x |\n")
     ids = [chat_ids(tok, t) for _, t in echo_prompts(a.prompts, seed=3)]
-    pols = [AR(), StaticTree(), StaticTree(depth=5, topk=4, total=8, name="StaticTree-SGLang"),
+    pols = [AR(), StaticTree(depth=5, topk=4, total=8, name="StaticTree-SGLang"), AdaptiveChain(depth=4),
             DenseDynamic(tau=0.3, topk=4), Echo(topk=4)]
+    if not a.draft:
+        pols.insert(1, StaticTree())
+    bss = tuple(int(x) for x in a.batch_sizes.split(","))
     print("| policy | B | tokens/s (wall) | vs AR | MAT | verified/accepted | identical to AR |\n|---|---|---|---|---|---|---|")
     res = {}
-    for b in (1, 4):
+    for b in bss:
         ref = None
         for pol in pols:
             dec = SpeculativeDecoder(lm, ell, pol, k_max=max(b, 16 * b), bucket=1 if isinstance(pol, AR) else 8)
@@ -199,7 +217,7 @@ def main() -> None:
         axes[0].legend()
         names = [p.name for p in pols]
         x = np.arange(len(names))
-        for j, b in enumerate((1, 4)):
+        for j, b in enumerate(bss):
             axes[1].bar(x + 0.4 * j, [res[n, b] / res["AR", b] for n in names], 0.4, label=f"B={b}")
         axes[1].set_xticks(x + 0.2, names, rotation=20, fontsize=7)
         axes[1].axhline(1, color="k", lw=0.8)

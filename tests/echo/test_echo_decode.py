@@ -107,3 +107,24 @@ def test_replay_tree_memo_equals_fresh_builds(tiny):
                 assert r.expanded == [list(t.expanded) for t in trees]
     assert 0 < len(rs._trees) <= 6 * len(rs)  # one entry per (policy key, sample): 1 + 4 + 1 keys
     assert Echo().tree_key(3, 14) is None and AdaptiveChain().tree_key(3, 14) is None
+
+
+def test_replay_memo_cache_round_trip(tiny, tmp_path):
+    """The draft oracle's memo saved to .npz and loaded back gives the same records without any
+    draft forward; a memo for other sequences is ignored."""
+    m, ref = tiny
+    seqs = [p + t for p, t in zip(PROMPTS, ref, strict=True)]
+    pos = [list(range(len(p), len(s) - 5, 2)) for p, s in zip(PROMPTS, seqs, strict=True)]
+    f = tmp_path / "memo.npz"
+    a = ReplaySet(TreeLM(m), 2, seqs, pos, memo_file=f)
+    a.warm(3, 4)
+    a.save_memo(f)
+    b = ReplaySet(TreeLM(m), 2, seqs, pos, memo_file=f)
+    assert b.loaded == len(a.oracle.memo) and not b._full  # no draft prefix pass
+    b.warm(3, 4)
+    assert b.oracle.nodes_run == 0
+    pol = Echo(gate_depths=(2,), taus=(0.3,), depth=4, topk=3, total=12)
+    groups = [[0, 1], [2, 3]]
+    assert [r.accepted for r in b.run(pol, groups, 9)] == [r.accepted for r in a.run(pol, groups, 9)]
+    other = ReplaySet(TreeLM(m), 2, [s[:-1] for s in seqs], pos, memo_file=f)
+    assert other.loaded == 0
