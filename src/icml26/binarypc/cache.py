@@ -30,10 +30,22 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from icml26.binarypc.methods import BinaryPCConfig, make_method, select_batch
 
-__all__ = ["ATTN_NAME", "BinaryPCCache", "BinaryPCLayer", "BinaryPCState", "check_model"]
+__all__ = [
+    "ATTN_NAME",
+    "SUPPORTED_ATTN",
+    "SUPPORTED_HEAD_DIMS",
+    "BinaryPCCache",
+    "BinaryPCLayer",
+    "BinaryPCState",
+    "check_attention",
+    "check_model",
+]
 
 ATTN_NAME = "binarypc"
 LAYER_KWARG = "binarypc_layer"
+# attention implementations the patch can stand in for (its dense path is SDPA's, equal to eager)
+SUPPORTED_ATTN = ("sdpa", "eager")
+SUPPORTED_HEAD_DIMS = tuple(range(16, 257, 16))  # the tested range of the codes and kernels
 
 
 def _decoder_layers(model) -> list:
@@ -42,6 +54,23 @@ def _decoder_layers(model) -> list:
     if layers is None:
         raise ValueError(f"cannot patch {type(model).__name__}: no .model.layers decoder stack")
     return list(layers)
+
+
+def head_dim(model) -> int:
+    """The attention head size of a Llama-family model."""
+    attn = _decoder_layers(model)[0].self_attn
+    D = getattr(attn, "head_dim", None) or getattr(model.config, "head_dim", None)
+    return int(D or model.config.hidden_size // model.config.num_attention_heads)
+
+
+def check_attention(model) -> None:
+    """Raise ValueError unless ``model`` runs an attention implementation the patch supports."""
+    impl = model.config._attn_implementation
+    if impl not in (*SUPPORTED_ATTN, ATTN_NAME):
+        raise ValueError(
+            f"BinaryPC patches attention implementations {', '.join(SUPPORTED_ATTN)}; this model "
+            f"uses {impl!r} (load it with attn_implementation='sdpa')"
+        )
 
 
 def check_model(model, cfg: BinaryPCConfig, directions: torch.Tensor | None) -> None:
@@ -54,9 +83,14 @@ def check_model(model, cfg: BinaryPCConfig, directions: torch.Tensor | None) -> 
     if types is not None and any(t != "full_attention" for t in types):
         odd = sorted({t for t in types if t != "full_attention"})
         raise ValueError(f"BinaryPC patches full-attention layers only; this model has {odd}")
+    D = head_dim(model)
+    if D not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(
+            f"BinaryPC supports head_dim {', '.join(map(str, SUPPORTED_HEAD_DIMS))} (multiples "
+            f"of 16 up to 256); this model has head_dim {D}"
+        )
     if directions is not None:
         hkv = model.config.num_key_value_heads
-        D = _decoder_layers(model)[0].self_attn.head_dim
         want = (n, hkv, cfg.bits, D)
         if tuple(directions.shape) != want:
             raise ValueError(

@@ -10,9 +10,10 @@ tokens, sinks and BinaryPC's error set.
 
 Measures per (layer, position): attention-mass recall (true softmax mass on the selected tokens,
 mean over query heads), oracle recall@k, ‖o − o_dense‖/‖o_dense‖. Headline: BinaryPC mass recall
-at 2% / the best of SimHash, MagicPIG and Quest, with a 95% clustered bootstrap CI (contexts, then
-(layer, position) items within each). Power checks: oracle top-k vs random-k (control), the better
-of random-k and StreamingLLM (floor), identical BinaryPC / best-baseline selections (degeneracy).
+at 2% / the best of SimHash, MagicPIG, Quest and Loki (r = 16), with a 95% clustered bootstrap
+CI (contexts, then (layer, position) items within each). Power checks: oracle top-k vs random-k
+(control), the better of random-k and StreamingLLM (floor), identical BinaryPC / best-baseline
+selections (degeneracy).
 
 Options: ``model`` (HF folder / .gguf; default the packaged SmolLM2), ``dtype`` (fp32),
 ``lengths`` (comma-separated context lengths), ``positions`` (decode positions per context),
@@ -47,11 +48,15 @@ VARIANTS = {  # label -> config overrides
     "SimHash-64 (LSH)": {"method": "simhash"},
     "MagicPIG (K=10, L=150)": {"method": "magicpig"},
     "Quest (page 16)": {"method": "quest"},
+    "Loki (r=16)": {"method": "loki", "loki_rank": 16},
+    "Loki (r=4, 8 B)": {"method": "loki", "loki_rank": 4},
     "StreamingLLM (4 sinks)": {"method": "streaming"},
     "Oracle top-k": {"method": "oracle"},
     "Random-k": {"method": "random"},
 }
-BASELINES = ("SimHash-64 (LSH)", "MagicPIG (K=10, L=150)", "Quest (page 16)")
+# the paper-named baselines at their standard settings (Loki: r = d/4, its default d_f = 0.25);
+# "Loki (r=4, 8 B)" is the memory-matched row (8 B/token/head, as BinaryPC), not in the headline
+BASELINES = ("SimHash-64 (LSH)", "MagicPIG (K=10, L=150)", "Quest (page 16)", "Loki (r=16)")
 
 
 def selection_mask(sel: torch.Tensor, Hq: int, L: int) -> torch.Tensor:
@@ -164,7 +169,7 @@ def run(ctx: RunContext) -> Result:
     lengths = _ints(
         ctx,
         "lengths",
-        ctx.pick(tiny=[1024], small=[2048, 2048, 4096, 4096, 8192, 8192], full=[8192] * 6),
+        ctx.pick(tiny=[1024], small=[2048] * 4 + [4096] * 4 + [8192] * 4, full=[8192] * 12),
     )
     n_pos = int(ctx.options.get("positions", ctx.pick(tiny=8, small=48, full=48)))
     layer_step = int(ctx.options.get("layer_step", ctx.pick(tiny=1, small=1, full=1)))
@@ -428,7 +433,7 @@ def run(ctx: RunContext) -> Result:
     return Result(
         rows=rows,
         headline=Measure(
-            "mass recall @2%: BinaryPC / best(SimHash, MagicPIG, Quest)",
+            "mass recall @2%: BinaryPC / best(SimHash, MagicPIG, Quest, Loki)",
             value,
             "x",
             spread,

@@ -27,6 +27,7 @@ from icml26.binarypc.cache import (
     BinaryPCLayer,
     BinaryPCState,
     _decoder_layers,
+    check_attention,
     check_model,
 )
 from icml26.binarypc.methods import BinaryPCConfig
@@ -304,6 +305,7 @@ def apply_binarypc(
     """
     cfg = cfg or BinaryPCConfig()
     attention_layers(model)  # raises for models it cannot patch
+    check_attention(model)
     check_model(model, cfg, directions)
     _register(ATTN_NAME, _attention)
     if not hasattr(model, "_bpc_prev_attn"):
