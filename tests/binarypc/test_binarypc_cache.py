@@ -232,9 +232,10 @@ def test_reorder_select_and_repeat_move_the_codes_with_the_rows():
 
 
 def test_cache_reuse_across_generate_calls(model):
-    """A second generate call on the same cache prefills only the new tokens (codes rebuilt over
-    the whole cache), as the existing path did with a reused DynamicCache."""
-    cfg = BinaryPCConfig(token_budget=16, dense_layers=(0,))
+    """A second generate call on the same cache prefills only the new tokens; with
+    ``recode="all"`` the codes are rebuilt over the whole cache, as the existing path did with a
+    reused DynamicCache (``recode="new"``, the default, is tested in test_binarypc_methods)."""
+    cfg = BinaryPCConfig(token_budget=16, dense_layers=(0,), recode="all")
     ids, mask = _prompts(B=1, pad=(0,), seed=5)
     more = torch.randint(3, 250, (1, 7), generator=torch.Generator().manual_seed(6))
     kw = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)

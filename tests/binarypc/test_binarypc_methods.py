@@ -156,3 +156,67 @@ def test_unsupported_head_dim_is_refused():
     m, _ = tiny_llama(60, 2, 3, 1, 128, 512, vocab="bytes", seed=0)  # head_dim 20
     with pytest.raises(ValueError, match=r"supports head_dim 16, 32, .*256 .*head_dim 20"):
         apply_binarypc(m.float(), BinaryPCConfig())
+
+
+def test_recode_new_hashes_only_the_new_tokens(tiny):
+    """A second prefill on the same cache keeps the first prefill's directions and codes and
+    hashes only the appended tokens on them; ``recode="all"`` rebuilds everything."""
+    from icml26.binarypc import BinaryPCCache
+    from icml26.binarypc.codes import hash_keys, recon_error
+
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randint(3, 250, (1, 40), generator=g), torch.randint(3, 250, (1, 9), generator=g)
+    apply_binarypc(tiny, BinaryPCConfig(token_budget=8, dense_layers=(0,)))
+    try:
+        cache = BinaryPCCache(tiny)
+        with torch.no_grad():
+            tiny(input_ids=a, cache=cache, use_cache=True)
+            first = {k: v.clone() for k, v in cache.layers[1].meta.items() if torch.is_tensor(v)}
+            tiny(input_ids=b, cache=cache, use_cache=True)
+        lay = cache.layers[1]
+        assert lay.P == 49
+        assert torch.equal(lay.meta["V"], first["V"])
+        assert torch.equal(lay.meta["codes"][..., :40], first["codes"])
+        new_k = lay.keys[:, :, 40:].float()
+        assert torch.equal(lay.meta["codes"][..., 40:], hash_keys(new_k, first["V"]))
+        assert torch.allclose(
+            lay.meta["err"][..., 40:], recon_error(new_k, lay.meta["codes"][..., 40:], first["V"])
+        )
+        assert torch.equal(lay.meta["err_order"], worst_first(lay.meta["err"]))
+        full = BinaryPCCache(tiny, BinaryPCConfig(token_budget=8, dense_layers=(0,), recode="all"))
+        with torch.no_grad():
+            tiny(input_ids=a, cache=full, use_cache=True)
+            tiny(input_ids=b, cache=full, use_cache=True)
+        assert full.layers[1].P == 49 and not torch.equal(full.layers[1].meta["V"], first["V"])
+    finally:
+        remove_binarypc(tiny)
+
+
+def test_code_decode_hashes_decode_tokens_in_batches(tiny):
+    from icml26.binarypc import BinaryPCCache
+    from icml26.binarypc.codes import hash_keys
+
+    ids = torch.randint(3, 250, (1, 60), generator=torch.Generator().manual_seed(8))
+    apply_binarypc(tiny, BinaryPCConfig(token_budget=8, dense_layers=(0,), code_decode=3))
+    try:
+        cache = BinaryPCCache(tiny)
+        with torch.no_grad():
+            out = tiny(input_ids=ids, cache=cache, use_cache=True)
+            Ps = []
+            for _ in range(7):
+                nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+                out = tiny(input_ids=nxt, cache=cache, use_cache=True)
+                Ps.append(cache.layers[1].P)
+        assert Ps == [60, 60, 63, 63, 63, 66, 66]
+        lay = cache.layers[1]
+        assert torch.equal(
+            lay.meta["codes"][..., 60:], hash_keys(lay.keys[:, :, 60:66].float(), lay.meta["V"])
+        )
+        with pytest.raises(ValueError, match="code_decode"):
+            from icml26.binarypc import sparse_replay
+
+            sparse_replay(tiny, ids, prefix_len=50)
+    finally:
+        remove_binarypc(tiny)
+    with pytest.raises(ValueError, match="recode must be one of new, all"):
+        BinaryPCConfig(recode="some")

@@ -140,10 +140,36 @@ class BinaryPCLayer(DynamicLayer):
             attn_kwargs[LAYER_KWARG] = self
         return keys, values
 
-    def prefill(self, keys: torch.Tensor) -> None:
-        """Codes over all of ``keys`` (the layer's whole cache after a multi-token forward)."""
-        self.meta = self.state.prepare(keys, self.layer_idx)
+    def prefill(self, keys: torch.Tensor, full: bool = False) -> None:
+        """Codes over ``keys`` (the layer's whole cache after a multi-token forward). With
+        ``recode="new"`` (default) and codes already there, only the tokens after ``P`` are hashed,
+        on the existing directions (BinaryPC; the baselines rebuild their metadata); with
+        ``recode="all"`` or ``full``, directions and codes are rebuilt over all of ``keys``."""
+        extend = getattr(self.state.method, "extend", None)
+        if (
+            not full
+            and self.state.cfg.recode == "new"
+            and self.meta is not None
+            and extend is not None
+            and 0 < self.P <= keys.shape[2]
+        ):
+            if keys.shape[2] > self.P:
+                self.meta = extend(self.meta, keys[:, :, self.P :])
+        else:
+            self.meta = self.state.prepare(keys, self.layer_idx)
         self.P = keys.shape[2]
+
+    def code_decode_tokens(self, keys: torch.Tensor) -> None:
+        """Hash the decode tokens not yet coded once ``cfg.code_decode`` of them have gathered
+        (0: never, the official path: they are always attended)."""
+        n = self.state.cfg.code_decode
+        if n > 0 and self.meta is not None and keys.shape[2] - self.P >= n:
+            extend = getattr(self.state.method, "extend", None)
+            if extend is None:  # a baseline: rebuild its metadata over the whole cache
+                self.meta = self.state.prepare(keys, self.layer_idx)
+            else:
+                self.meta = extend(self.meta, keys[:, :, self.P :])
+            self.P = keys.shape[2]
 
     # --- keep the metadata in step with K/V -------------------------------------------------
     def _reindex(self, idx: torch.Tensor) -> None:
@@ -175,7 +201,7 @@ class BinaryPCLayer(DynamicLayer):
             if n == 0:
                 self.meta, self.P = None, 0
             else:
-                self.prefill(self.keys)
+                self.prefill(self.keys, full=True)
 
     def reset(self) -> None:
         super().reset()

@@ -20,6 +20,7 @@ __all__ = ["METHODS", "BinaryPCConfig", "make_method", "metadata_bytes", "select
 
 METHODS = ("bpc", "oracle", "simhash", "magicpig", "quest", "loki", "streaming", "random")
 ERR_COUNTS = ("floor", "round")
+RECODES = ("new", "all")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,10 @@ class BinaryPCConfig:
     ``qscale="group"`` quantizes the query projections of a GQA group with one absmax scale,
     ``"head"`` with one per query head. backend: "auto" (the compiled CPU kernel where it
     builds, else tensors), "cpp" (the kernel or an error), "torch" (tensors); same selections.
+    recode: on a later prefill chunk (a second turn, chunked prefill) "new" hashes only the new
+    tokens on the directions already there, "all" recomputes directions and codes over the whole
+    cache. code_decode: hash the uncoded decode tokens every this many tokens (0: never; the
+    official path always attends them).
     """
 
     method: str = "bpc"
@@ -68,6 +73,8 @@ class BinaryPCConfig:
     qscale: str = "group"
     loki_rank: int = 16
     backend: str = "auto"
+    recode: str = "new"
+    code_decode: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -101,6 +108,10 @@ class BinaryPCConfig:
             raise ValueError(f"qscale must be one of {', '.join(QSCALES)}; got {self.qscale!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
+        if self.recode not in RECODES:
+            raise ValueError(f"recode must be one of {', '.join(RECODES)}; got {self.recode!r}")
+        if self.code_decode < 0:
+            raise ValueError(f"code_decode must be >= 0; got {self.code_decode}")
         if self.loki_rank < 1:
             raise ValueError(f"loki_rank must be >= 1; got {self.loki_rank}")
         if not 1 <= self.min_collisions <= self.lsh_l:

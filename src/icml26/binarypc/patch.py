@@ -121,6 +121,7 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     k = budget(L, cfg.mask_out, cfg.min_remain, cfg.token_budget)
     if layer.meta is None or cfg.min_context > L or k >= L:
         return dense()
+    layer.code_decode_tokens(key)
     scaling = module.scaling if scaling is None else scaling
     out, _ = sparse_decode(
         st.method,
@@ -220,6 +221,12 @@ def sparse_replay(
     prefill serves every method. cfg / directions: as for :class:`BinaryPCCache` (default: the
     ones the model was patched with)."""
     _check_patched(model, "sparse_replay")
+    c = cfg or model._bpc_applied[0]
+    if c.code_decode:
+        raise ValueError(
+            f"sparse_replay replays decode with uncoded decode tokens; got code_decode="
+            f"{c.code_decode} (use step-by-step decoding, or code_decode=0)"
+        )
     n_past = 0 if past is None else past.get_seq_length()
     T = input_ids.shape[-1] + n_past
     if input_ids.dim() != 2 or input_ids.shape[0] != 1 or not n_past <= prefix_len < T:
