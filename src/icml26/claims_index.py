@@ -99,9 +99,9 @@ CLAIMS: list[Claim] = [
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         run=lazy("icml26.restore.claim:run"),
         power=PowerSpec(
-            control="full tokens against the reducer alone at the kept-token budget: the reduction must lose accuracy for a recovery to exist",
-            floor="the majority answer per question type (from the training QA)",
-            degeneracy="the answers RESTORE changes relative to the reducer alone",
+            control="full tokens against the reducer alone at the kept-token budget, per base, CI clustered over builds: the reduction must lose accuracy for a recovery to exist",
+            floor="the majority answer per question type (from each build's training QA)",
+            degeneracy="the answers RESTORE changes relative to the reducer alone (all builds)",
         ),
     ),
     Claim(
