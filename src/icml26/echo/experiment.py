@@ -322,6 +322,19 @@ def run_experiment(model, tok, cfg: ExperimentConfig, cost: SpecCost | Callable[
     conf, acc = tr["conf"], tr["acc"]
     cal_full = calibrate_gates(conf, acc, cfg.auc_min, cfg.max_gates)
     eval_samples = [s for i in eval_prompts for s in by_prompt[i]]
+    # every beam width the policies will use (shared widths per B and band setting, the static
+    # family's 4 and 10, the chain's 1): warmed in batched forwards per sequence instead of one
+    # draft forward per request and depth inside the policies
+    costs = [nominal] + ([factory(**({"context": cfg.context} | kw)) for kw in SENSITIVITY.values()]
+                         if factory is not None and cfg.sensitivity else [])
+    widths = {1, 4, cfg.topk} | {shared_topk(cfg.topk, max(b, int(c.knee(b).k_max)), b)
+                                 for b in cfg.batch_sizes for c in costs[:1]} \
+        | {shared_topk(cfg.topk, max(cfg.headline_b, int(c.knee(cfg.headline_b).k_max)), cfg.headline_b)
+           for c in costs}
+    for w in sorted(widths):
+        rs.warm(min(w, cfg.topk), cfg.depth, progress)
+    if tr["memo_file"] is not None:
+        rs.save_memo(tr["memo_file"])
     rows, knees, trees, tuning, settings, gates_act = [], {}, {}, {}, {}, {}
     it = cfg.batch_sizes
     if progress is not None:
