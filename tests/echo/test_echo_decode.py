@@ -128,3 +128,19 @@ def test_replay_memo_cache_round_trip(tiny, tmp_path):
     assert [r.accepted for r in b.run(pol, groups, 9)] == [r.accepted for r in a.run(pol, groups, 9)]
     other = ReplaySet(TreeLM(m), 2, [s[:-1] for s in seqs], pos, memo_file=f)
     assert other.loaded == 0
+
+
+def test_warm_of_a_second_width_equals_fresh_computation(tiny):
+    """Warming width 2 after width 3 (ancestors memoized but their K/V not in the pass) gives the
+    same draft distributions as warming width 2 alone (float64)."""
+    m, ref = tiny
+    seqs = [p + t for p, t in zip(PROMPTS, ref, strict=True)]
+    pos = [list(range(len(p), len(s) - 5, 2)) for p, s in zip(PROMPTS, seqs, strict=True)]
+    a = ReplaySet(TreeLM(m), 2, seqs, pos)
+    a.warm(3, 4)
+    a.warm(2, 4)
+    b = ReplaySet(TreeLM(m), 2, seqs, pos)
+    b.warm(2, 4)
+    for k, (ids, lps) in b.oracle.memo.items():
+        assert k in a.oracle.memo
+        assert (a.oracle.memo[k][0] == ids).all() and abs(a.oracle.memo[k][1] - lps).max() < 1e-9

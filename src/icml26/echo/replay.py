@@ -188,18 +188,30 @@ class ReplaySet:
         col: dict[tuple[int, Path], int] = {}
         nodes: list | None = None  # per layer (k, v) of computed tree nodes, (1, G, N, D)
         for _ in range(depth):
-            need = [(s, p) for s, b in beams.items() for p in b.frontier if (s, p) not in self.oracle.memo]
+            missing = [(s, p) for s, b in beams.items() for p in b.frontier if (s, p) not in self.oracle.memo]
+            # ancestors whose K/V this pass has not computed (memoized by an earlier warm of another
+            # width) run again in the same forward, parents first; their memo entries are kept
+            need: list[tuple[int, Path]] = []
+            seen: set[tuple[int, Path]] = set()
+            for s, p in missing:
+                for j in range(1, len(p) + 1):
+                    q = (s, p[:j])
+                    if q not in col and q not in seen:
+                        seen.add(q)
+                        need.append(q)
+            need.sort(key=lambda x: len(x[1]))
             if need:
                 n_old = 0 if nodes is None else nodes[0][0].shape[2]
                 w = len(need)
+                new_col = {q: n_old + r for r, q in enumerate(need)}
                 mask = torch.zeros(1, w, length + n_old + w, dtype=torch.bool)
                 toks, pos = [], []
                 for r, (s, p) in enumerate(need):
                     root_pos = self.samples[s][1]
                     mask[0, r, :root_pos + 1] = True
-                    for j in range(1, len(p)):
-                        mask[0, r, length + col[s, p[:j]]] = True
-                    mask[0, r, length + n_old + r] = True
+                    for j in range(1, len(p) + 1):
+                        q = (s, p[:j])
+                        mask[0, r, length + (col[q] if q in col else new_col[q])] = True
                     toks.append(p[-1])
                     pos.append(root_pos + len(p))
                 cache = base if nodes is None else [(torch.cat([bk, nk], 2), torch.cat([bv, nv], 2))
@@ -209,9 +221,10 @@ class ReplaySet:
                 self.oracle.nodes_run += w
                 nodes = kv if nodes is None else [(torch.cat([nk, k], 2), torch.cat([nv, v], 2))
                                                   for (nk, nv), (k, v) in zip(nodes, kv, strict=True)]
+                col.update(new_col)
                 for r, (s, p) in enumerate(need):
-                    col[s, p] = n_old + r
-                    self.oracle.put(s, p, logits[0, r].cpu())
+                    if (s, p) not in self.oracle.memo:
+                        self.oracle.put(s, p, logits[0, r].cpu())
             for b in beams.values():
                 b.grow()
 
