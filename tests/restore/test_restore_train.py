@@ -140,3 +140,26 @@ def test_questions_do_not_depend_on_hash_seed():
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": h}).stdout for h in ("1", "2", "3")}
     assert len(outs) == 1
+
+
+def test_smollm2_llava_language_model_is_smollm2():
+    """The SmolLM2-LM LLaVA (the claim's off-by-default ``lm=smollm2``): on words that are one
+    SmolLM2 token each, its language model's hidden states equal SmolLM2's on those tokens."""
+    import torch
+
+    from icml26.core.lm import load_lm
+    from icml26.restore import scenes
+    from icml26.restore.train import model_dir, smollm2_llava
+
+    smol, tok = load_lm(dtype=torch.float32)
+    m = smollm2_llava(seed=0, vision_width=32, vision_layers=1)
+    words = [w for w in ("red", "blue", "circle", "square", "count", "color") if w in scenes.WORD
+             and len(tok(" " + w, add_special_tokens=False)["input_ids"]) == 1]
+    assert len(words) >= 3
+    tids = [tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in words]
+    with torch.no_grad():
+        got = m.model.language_model(input_ids=torch.tensor([[scenes.WORD[w] for w in words]])).last_hidden_state
+        want = smol.model(input_ids=torch.tensor([tids])).last_hidden_state
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert m.config.text_config.num_hidden_layers == 30 and m.config.text_config.head_dim == 64
+    assert model_dir(seed=1, lm="smollm2", autocast=True).name.endswith("-bf16-smollm2-seed1")

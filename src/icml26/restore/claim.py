@@ -9,8 +9,11 @@ RoPE) trained once on generated grid-scene QA (:mod:`scenes`, :mod:`train`; cach
 base + RESTORE over mean retention of the base, DivPrune and VisionZip-like, at keep 16, with a
 paired bootstrap 95 % CI over questions; target > 1.
 
-Options (``--opt``): ``model`` (folder of a scenes-trained tiny LLaVA; default: the cached build),
-``questions`` (count). At ``full`` scale
+Options (``--opt``): ``builds`` (build seeds, default 0,1,2; tiny 0,1), ``gate`` (0.7) and
+``gate_rule`` (median | all | any), ``lm`` (tiny | smollm2: the LLaVA's language model; smollm2 is
+a frozen SmolLM2-135M, ~3 CPU-hours per build, off by default), ``proxy_blocks`` (SmolLM2 text
+proxy blocks, 16; 0 skips), ``model`` (folder of a scenes-trained tiny LLaVA, used for every
+build seed), ``questions`` (count). At ``full`` scale
 with ``data=VQA.jsonl`` and ``model=LLAVA_FOLDER`` (plus ``keeps=64,128,192``, ``dtype``) the
 same systems run on the user's LLaVA and data instead (GPU).
 """
@@ -83,8 +86,9 @@ def _model(ctx: RunContext, seed: int):
                        hidden=64, layers=2, image_token_id=scenes.IMAGE_ID, seed=seed)
         return m, N_IMAGE_TOKENS, "random tiny LLaVA (untrained; plumbing only)", 0.0
     folder = ctx.options.get("model")
+    lm = str(ctx.options.get("lm", "tiny"))  # "smollm2": a frozen SmolLM2-135M LM (~3 CPU-h per build)
     t0 = time.time()
-    model = load_tiny_llava(folder or model_dir(seed=seed))
+    model = load_tiny_llava(folder or model_dir(seed=seed, lm=lm))
     built = 0.0
     if model is None:
         if folder:
@@ -92,12 +96,12 @@ def _model(ctx: RunContext, seed: int):
 
             raise UserError(f"--opt model={folder}: no restore-vocab.json there (not a scenes tiny LLaVA)")
         ctx.progress.log(f"building the tiny LLaVA of build seed {seed} once (cached under the icml26 cache)")
-        build_recipe(seed=seed, progress=ctx.progress)
-        model = load_tiny_llava(model_dir(seed=seed))
+        build_recipe(seed=seed, lm=lm, progress=ctx.progress)
+        model = load_tiny_llava(model_dir(seed=seed, lm=lm))
         built = time.time() - t0
     label = "tiny LLaVA: vision tower pre-trained on attribute labels, then projector + LM on scenes QA"
     if not folder:
-        label += f" ({model_dir(seed=seed).name}; precision from the CPU dtype policy)"
+        label += f" ({model_dir(seed=seed, lm=lm).name}; precision from the CPU dtype policy)"
     return model.to(ctx.device), N_IMAGE_TOKENS, label + ("" if built else " (cached)"), built
 
 
@@ -224,6 +228,10 @@ def run(ctx: RunContext) -> Result:
         rows.append({"system": f"per base: {b}+restore / {b}", "keep": k0, "accuracy ratio": round(ci.value, 4),
                      "95% CI (builds, then questions)": f"[{ci.low:.4f}, {ci.high:.4f}]",
                      "per build": [round(x, 3) for x in per_build]})
+    for num, den, what in CONTRASTS:
+        ci = ratio_ci(cols((k0, "ablation:" + num)), cols((k0, "ablation:" + den)), seed=ctx.seed)
+        rows.append({"system": f"Table 4 contrast: {num} / {den}", "keep": k0, "accuracy ratio": round(ci.value, 4),
+                     "95% CI (builds, then questions)": f"[{ci.low:.4f}, {ci.high:.4f}]", "paper": what})
     worst = min(BASES, key=lambda b: per_base[b].value)
     checks, p_rows, p_notes = power_checks(ev, seeds, k0, seed=ctx.seed)
     rows += p_rows
@@ -271,6 +279,12 @@ def run(ctx: RunContext) -> Result:
 
 
 BASES = ("divprune", "visionzip")
+CONTRASTS = (  # the interactions Table 4 / Table 5 attribute the gain to (paper figures, HoloV @64)
+    ("merge/retained/calib", "merge/retained/nocalib", "calibration on merge + retained: 90.1 -> 96.5"),
+    ("merge/retained/calib", "merge/reindexed/nocalib", "all three vs merging only: 93.5 -> 96.5"),
+    ("merge/retained/calib", "merge-uniform/retained/calib", "distinctive vs uniform anchors (DivPrune): 94.9 -> 95.9"),
+    ("prune/retained/calib", "prune/reindexed/nocalib", "retained + calibration vs pruning only: 92.2 -> 93.1"),
+)
 MAJORITY = "majority answer per question type"
 TRAIN_QA_SEED = 1000  # build_recipe's seed + 1000: the training QA stream's scenes
 

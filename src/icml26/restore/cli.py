@@ -63,12 +63,16 @@ def build_cmd(
     vision_steps: Annotated[int | None, typer.Option(help="Stage 1 steps: vision tower on attribute labels (default: the claim's recipe).")] = None,
     qa_steps: Annotated[int | None, typer.Option(help="Stage 2 steps: projector + LM on scenes QA (default: the claim's recipe).")] = None,
     seed: Annotated[int, typer.Option()] = 0,
+    lm: Annotated[str, typer.Option(help="Language model: tiny (3-layer, from scratch) or smollm2 (frozen SmolLM2-135M; ~3 CPU-hours).")] = "tiny",
 ) -> None:
     """Train the claim's tiny LLaVA on generated scenes QA and save it (from_pretrained-loadable)."""
-    from icml26.restore.train import QA_STEPS, VISION_STEPS, build_tiny_llava
+    from icml26.restore.train import LMS, QA_STEPS, VISION_STEPS, build_tiny_llava
 
+    if lm not in LMS:
+        raise typer.BadParameter(f"--lm must be one of {', '.join(LMS)}; got {lm!r}")
     path = build_tiny_llava(out, vision_steps=VISION_STEPS if vision_steps is None else vision_steps,
-                            qa_steps=QA_STEPS if qa_steps is None else qa_steps, seed=seed, log=typer.echo)
+                            qa_steps=QA_STEPS if qa_steps is None else qa_steps, seed=seed, lm=lm,
+                            log=typer.echo)
     typer.echo(str(path))
 
 

@@ -28,7 +28,7 @@ from icml26.core.io import atomic_write_json
 from icml26.restore import scenes
 from icml26.restore.vlm import tiny_llava
 
-__all__ = ["build_tiny_llava", "build_recipe", "load_tiny_llava", "model_dir", "pretrain_vision", "train_qa",
+__all__ = ["build_tiny_llava", "build_recipe", "smollm2_llava", "load_tiny_llava", "model_dir", "pretrain_vision", "train_qa",
            "text_hidden", "vision_features", "N_IMAGE_TOKENS"]
 
 N_IMAGE_TOKENS = 144  # 48x48 / patch 4
@@ -59,20 +59,26 @@ def _train_step(loss, opt, sched, params, ema: float | None) -> float:
     return lv if ema is None else 0.95 * ema + 0.05 * lv
 
 
-def model_dir(root: Path | None = None, autocast: bool | None = None, seed: int = 0) -> Path:
+LMS = ("tiny", "smollm2")
+
+
+def model_dir(root: Path | None = None, autocast: bool | None = None, seed: int = 0, lm: str = "tiny") -> Path:
     """The cached build's folder, keyed by training precision and build seed.
 
     The name carries the precision (``bf16`` autocast or ``fp32``, from the dtype policy unless
     ``autocast`` says): the two builds differ (at seed 0, full-token accuracy 0.64 with bf16
     autocast on an AMX CPU, see docs/restore.md), so a build made under one precision is never
     reused by a run under the other. Seed 0 keeps the historical name
-    (``tiny-llava-scenes-v3-bf16``); other seeds add ``-seed{N}``."""
+    (``tiny-llava-scenes-v3-bf16``); other seeds add ``-seed{N}``, a SmolLM2 language model
+    ``-smollm2``."""
     from icml26.core.lm import cache_root
 
     if int(seed) != seed or seed < 0:
         raise ValueError(f"build seed must be an integer >= 0; got {seed!r}")
+    if lm not in LMS:
+        raise ValueError(f"lm must be one of {LMS}; got {lm!r}")
     prec = "bf16" if _autocast(autocast) else "fp32"
-    tail = "" if seed == 0 else f"-seed{int(seed)}"
+    tail = ("" if lm == "tiny" else f"-{lm}") + ("" if seed == 0 else f"-seed{int(seed)}")
     return (root or cache_root() / "restore") / f"tiny-llava-scenes-v{BUILD_VERSION}-{prec}{tail}"
 
 
@@ -92,6 +98,47 @@ def _new_model(seed, vision_width, vision_layers, hidden, layers):
                        image_token_id=scenes.IMAGE_ID, seed=seed, max_len=512)
     model.config.pad_token_id = scenes.WORD["<pad>"]
     return model
+
+
+def smollm2_llava(seed: int = 0, vision_width: int = 64, vision_layers: int = 4):
+    """A LLaVA whose language model is SmolLM2-135M-Instruct (30 layers, head_dim 64, RoPE base 1e5)
+    on the scenes' word-level vocabulary: the transformer body is SmolLM2's; each word's embedding
+    row (tied to the LM head) is the mean of SmolLM2's input embeddings of the word's tokens (with
+    a leading space); ``<bos>`` takes SmolLM2's BOS embedding, ``<pad>`` / ``<image>`` zeros. The
+    vision tower and projector are new (random, ``seed``)."""
+    import copy
+
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
+
+    from icml26.core.lm import load_lm
+    from icml26.restore.vlm import _configs
+
+    smol, tok = load_lm(dtype=torch.float32)
+    vc, _ = _configs(len(scenes.VOCAB), scenes.IMAGE, 4, vision_width, vision_layers, 64, 1, 1, 1, 1e4, 512)
+    tc = copy.deepcopy(smol.config)
+    tc.vocab_size, tc.tie_word_embeddings = len(scenes.VOCAB), True
+    tc.bos_token_id = tc.eos_token_id = scenes.WORD["<bos>"]
+    tc.pad_token_id = scenes.WORD["<pad>"]
+    cfg = LlavaConfig(vision_config=vc, text_config=tc, image_token_id=scenes.IMAGE_ID, vision_feature_layer=-2,
+                      vision_feature_select_strategy="default", projector_hidden_act="gelu")
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(cfg)
+    body = {k.removeprefix("model."): v for k, v in smol.state_dict().items()
+            if k.startswith("model.") and "embed_tokens" not in k}
+    missing, unexpected = model.model.language_model.load_state_dict(body, strict=False)
+    assert not unexpected and missing == ["embed_tokens.weight"], (missing, unexpected)
+    src = smol.get_input_embeddings().weight.detach()
+    rows = torch.zeros(len(scenes.VOCAB), src.shape[1])
+    for i, w in enumerate(scenes.VOCAB):
+        if w == "<bos>":
+            rows[i] = src[tok.bos_token_id if tok.bos_token_id is not None else 0]
+        elif not w.startswith("<"):
+            rows[i] = src[tok(" " + w, add_special_tokens=False)["input_ids"]].mean(0)
+    with torch.no_grad():
+        model.model.language_model.embed_tokens.weight.copy_(rows)
+    model.config.pad_token_id = scenes.WORD["<pad>"]
+    return model.eval()
 
 
 def _one_cycle(params, steps, lr):
@@ -196,13 +243,17 @@ def text_hidden(model, ids: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
 
 def train_qa(model, feats, by_scene, *, steps: int, batch: int = 16, lr: float = 2e-3, seed: int = 0,
              layouts=None, caption_frac: float = 0.0, autocast: bool | None = None, tick=lambda n=1: None,
-             log=print) -> list[float]:
+             log=print, train_lm: bool = True) -> list[float]:
     """Stage 2 (LLaVA's recipe with the tower frozen): the projector and the language model learn
     the QA from cached tower features; loss = cross-entropy of every answer token. The image
     embeddings are inserted exactly where ``LlavaModel`` puts them. Returns the loss curve."""
     lm, proj = model.model.language_model, model.model.multi_modal_projector
     params = list(proj.parameters()) + list(lm.parameters()) + [
         p for p in model.lm_head.parameters() if all(p is not q for q in lm.parameters())]
+    if not train_lm:  # a frozen (pre-trained) language model: only the projector learns
+        for p in params[len(list(proj.parameters())):]:
+            p.requires_grad_(False)
+        params = list(proj.parameters())
     opt, sched = _one_cycle(params, steps, lr)
     rng = np.random.default_rng(seed)
     keys = sorted(by_scene)
@@ -229,15 +280,21 @@ def build_tiny_llava(out: Path | None = None, *, vision_steps: int = VISION_STEP
                      n_scenes: int = 4000, seed: int = 0, vision_width: int = 64, vision_layers: int = 4,
                      hidden: int = 128, layers: int = 3, caption_frac: float = CAPTION_FRAC,
                      qa_lr: float = 2e-3, autocast: bool | None = None, vision_from: Path | None = None,
-                     progress=None, log=print) -> Path:
+                     lm: str = "tiny", progress=None, log=print) -> Path:
     """Train and save the claim's model; returns its folder. Stage 1 pre-trains the vision tower
     on per-token attribute labels (:func:`pretrain_vision`), stage 2 freezes it and trains the
     projector and the language model on type-balanced scene QA plus a ``caption_frac`` share of
     dense captions (:func:`train_qa`). ``vision_from`` (a folder built with the same stage-1
     settings) copies its tower instead of running stage 1 again: stage 1 is deterministic, so the
-    result is the same model, for experiments on stage 2 only."""
-    out = Path(out or model_dir(autocast=autocast, seed=seed))
-    model = _new_model(seed, vision_width, vision_layers, hidden, layers)
+    result is the same model, for experiments on stage 2 only. ``lm="smollm2"``: the language
+    model is a frozen SmolLM2-135M (:func:`smollm2_llava`; ``hidden`` / ``layers`` ignored), only
+    the projector learns in stage 2 -- about 9 CPU-s per stage-2 step on one thread (measured),
+    so ~3 CPU-hours at the default 1,200 steps: off by default."""
+    out = Path(out or model_dir(autocast=autocast, seed=seed, lm=lm))
+    if lm not in LMS:
+        raise ValueError(f"lm must be one of {LMS}; got {lm!r}")
+    model = (_new_model(seed, vision_width, vision_layers, hidden, layers) if lm == "tiny"
+             else smollm2_llava(seed, vision_width, vision_layers))
     images, qs, layouts = scenes.make_dataset(n_scenes, seed=seed + 1000, dense=True, return_layouts=True)
     by_scene: dict[int, list] = {}
     for q in qs:
@@ -257,12 +314,13 @@ def build_tiny_llava(out: Path | None = None, *, vision_steps: int = VISION_STEP
     t1 = time.time()
     feats = vision_features(model, images)
     q_curve = train_qa(model, feats, by_scene, steps=qa_steps, lr=qa_lr, seed=seed, layouts=layouts,
-                       caption_frac=caption_frac, autocast=autocast, tick=tick, log=log)
+                       caption_frac=caption_frac, autocast=autocast, tick=tick, log=log,
+                       train_lm=lm == "tiny")
     t2 = time.time()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     atomic_write_json(out / "restore-vocab.json", {
-        "vocab": scenes.VOCAB, "vision_steps": vision_steps, "qa_steps": qa_steps, "seed": seed,
+        "vocab": scenes.VOCAB, "lm": lm, "vision_steps": vision_steps, "qa_steps": qa_steps, "seed": seed,
         "caption_frac": caption_frac, "qa_lr": qa_lr, "autocast_bf16": _autocast(autocast),
         "vision_from": str(vision_from) if vision_from else None,
         "vision_seconds": t1 - t0, "qa_seconds": t2 - t1, "train_seconds": t2 - t0,
@@ -275,10 +333,10 @@ def _every(curve: list[float], k: int) -> list[float]:
     return [round(v, 4) for v in curve[::k] + ([curve[-1]] if (len(curve) - 1) % k else [])]
 
 
-def build_recipe(out: Path | None = None, *, seed: int = 0, progress=None, log=print) -> Path:
+def build_recipe(out: Path | None = None, *, seed: int = 0, lm: str = "tiny", progress=None, log=print) -> Path:
     """The claim's model with the default recipe and build ``seed`` (model init, training data
     and batch order all follow it), saved to ``out`` (default :func:`model_dir` of that seed)."""
-    return build_tiny_llava(out or model_dir(seed=seed), seed=seed, progress=progress, log=log)
+    return build_tiny_llava(out or model_dir(seed=seed, lm=lm), seed=seed, lm=lm, progress=progress, log=log)
 
 
 def load_tiny_llava(folder: Path | None = None, dtype=torch.float32, device="cpu"):
