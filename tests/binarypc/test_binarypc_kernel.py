@@ -237,3 +237,48 @@ def test_kernel_env_switch(monkeypatch):
 def test_build_key_names_source_and_torch():
     key = kernel.build_key()
     assert len(key) == 16 and key == kernel.build_key()
+
+
+def test_stale_build_lock_is_cleared(tmp_path):
+    import os
+    import time
+
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    kernel._clear_stale_lock(lock)
+    assert lock.exists()  # a fresh lock belongs to a running build
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    kernel._clear_stale_lock(lock)
+    assert not lock.exists()
+    kernel._clear_stale_lock(lock)  # absent: nothing to do
+
+
+@needs_kernel
+@pytest.mark.parametrize("method", ["bpc", "simhash", "quest", "loki"])
+def test_patched_generate_is_identical_on_both_backends(method):
+    """float32 decode through the patch (a left-padded batch of 2, greedy, scores returned):
+    the kernel and the tensor path give the same tokens and bit-identical scores."""
+    from icml26.binarypc import BinaryPCCache, BinaryPCConfig, apply_binarypc, remove_binarypc
+    from icml26.core.lm import tiny_llama
+
+    model, _ = tiny_llama(64, 3, 4, 2, 128, 1024, vocab="bytes", seed=1)
+    model = model.float().eval()
+    g = torch.Generator().manual_seed(9)
+    ids = torch.randint(3, 250, (2, 300), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :17] = 0
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, attention_mask=mask)
+    kw.update(output_scores=True, return_dict_in_generate=True)
+    apply_binarypc(model, BinaryPCConfig(method=method, token_budget=20, dense_layers=(0,)))
+    try:
+        out = {}
+        for be in ("torch", "cpp"):
+            cfg = BinaryPCConfig(method=method, token_budget=20, dense_layers=(0,), backend=be)
+            with torch.no_grad():
+                out[be] = model.generate(ids, cache=BinaryPCCache(model, cfg), **kw)
+    finally:
+        remove_binarypc(model)
+    assert torch.equal(out["cpp"].sequences, out["torch"].sequences)
+    for a, b in zip(out["cpp"].scores, out["torch"].scores, strict=True):
+        assert torch.equal(a, b)

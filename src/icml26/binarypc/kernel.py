@@ -67,6 +67,7 @@ def load():
         key = build_key()
         build = cache_root() / "torch_extensions" / f"bpc_cpu_{key}"
         build.mkdir(parents=True, exist_ok=True)
+        _clear_stale_lock(build / "lock")
         _MOD = cpp_extension.load(
             name=f"icml26_bpc_cpu_{key}",
             sources=[str(SOURCE)],
@@ -85,6 +86,18 @@ def load():
         )
         _MOD = None
     return _MOD
+
+
+def _clear_stale_lock(lock: Path, max_age_s: float = 600.0) -> None:
+    """Remove a build lock left by a killed build (cpp_extension waits on it forever); a build
+    takes about a minute, so a lock older than ``max_age_s`` has no live owner."""
+    import time
+
+    try:
+        if time.time() - lock.stat().st_mtime > max_age_s:
+            lock.unlink()
+    except OSError:
+        pass
 
 
 def available() -> bool:
