@@ -25,7 +25,10 @@ from icml26.binarypc.select import (
     topk_later_ties,
 )
 
-needs_kernel = pytest.mark.skipif(not kernel.available(), reason="no C++ toolchain here")
+needs_kernel = pytest.mark.skipif(
+    not kernel.available(),
+    reason="C++ kernel unavailable (no toolchain, or ICML26_BPC_KERNEL=torch)",
+)
 
 
 def _codes(g, B, Hkv, P, bits, pool):
