@@ -408,6 +408,11 @@ def run(ctx: RunContext) -> Result:
         "importance-weighted output) samples per query head and is thinned to k when its sample "
         "is larger; 'attended' is what it really read.",
         f"Offline directions: greedy binary PCs of {n_calib} train-split tokens' keys per layer.",
+        "BinaryPC follows the official bpc_pytorch.py rules: an error set of max(int(0.1*k), 1) "
+        "tokens and one int8 query scale per GQA group (before issue 35: round(0.1*k) and one "
+        "scale per query head). Loki: the top-r eigenvectors of the prefill keys' K^T K per KV "
+        "head (online, as BinaryPC's directions), r = 16 (its d/4 default, 32 B/token/head) in "
+        "the headline, r = 4 (8 B, BinaryPC's memory) as a row.",
         f"Perplexity: {ppl_seqs} test sequences, {ppl_prefix}-token dense prefill then "
         f"{ppl_tokens} decode steps with every query sparse (2% budget), one forward with a "
         "per-query selection (sparse_replay, proven equal to step-by-step decode); CI: bootstrap "
