@@ -252,7 +252,9 @@ def _figures(ctx, res, cost, hb):
     bs = sorted({r["B"] for r in rows})
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for p in pols:
-        sel = [next(r for r in rows if r["policy"] == p and r["B"] == b) for b in bs]
+        sel = [r for b in bs for r in rows if r["policy"] == p and r["B"] == b]
+        if len(sel) != len(bs):  # diagnostic rows exist at the headline B only
+            continue
         style = "-" if not p.startswith("Echo (") else "--"
         axes[0].plot(bs, [r["speed-up vs AR"] for r in sel], style, marker="o", label=p)
         axes[1].plot(bs, [r["verified/accepted"] for r in sel], style, marker="o", label=p)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -368,6 +368,7 @@ def run_experiment(model, tok, cfg: ExperimentConfig, cost: SpecCost | Callable[
                      "speed-up vs AR": orc["tokens/s (modelled)"] / ar_tps})
     hb = cfg.headline_b
     st = settings[hb]
+    rows += budget_diagnostic(rs, st, eval_samples, cfg, nominal, rows)
     boot = _bootstrap(rs, st["pols"], by_prompt, eval_prompts, cfg, nominal, st["k_max"], progress)
     band = {}
     if factory is not None and cfg.sensitivity:
@@ -392,6 +393,27 @@ def run_experiment(model, tok, cfg: ExperimentConfig, cost: SpecCost | Callable[
             "headline_calibration": settings[hb]["cal"].to_dict(), "headline_k_max": settings[hb]["k_max"],
             "headline_topk": settings[hb]["topk"],
             "gate_stats": {"conf": np.asarray(conf).tolist(), "acc": np.asarray(acc).tolist()}}
+
+
+def budget_diagnostic(rs, st: dict, eval_samples: list[int], cfg: ExperimentConfig, cost: SpecCost, rows: list,
+                      mults=(2, 4)) -> list[dict]:
+    """Diagnostic rows (not in the headline): Echo at the headline B with its batch budget set to
+    ``m x K_max`` instead of the knee (same gates and beam width), to show whether the knee budget
+    is what limits it."""
+    b = cfg.headline_b
+    echo = next(p for p in st["pols"] if p.name == "Echo")
+    ar_tps = next(r["tokens/s (modelled)"] for r in rows if r["B"] == b and r["policy"] == "AR")
+    groups = _groups(eval_samples, b, cfg.seed)
+    out = []
+    for m in mults:
+        pol = replace(echo, name=f"Echo (budget {m} x K_max, diagnostic)")
+        k = int(m * st["k_max"])
+        tk, sec, ver, n = _simulate(rs, pol, groups, k, cost)
+        tps = tk.sum() / sec.sum()
+        out.append({"policy": pol.name, "B": b, "K_max": k, "beam top-k": pol.topk, "param": _param(pol),
+                    "MAT": tk.sum() / n.sum(), "mean K_i": ver.sum() / n.sum(), "verified/accepted": ver.sum() / tk.sum(),
+                    "tokens/s (modelled)": tps, "speed-up vs AR": tps / ar_tps})
+    return out
 
 
 def _param(pol: Policy) -> str:
