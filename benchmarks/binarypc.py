@@ -213,6 +213,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--gpu-shape", action="store_true")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument(
+        "--dtype", default="fp32", choices=["fp32", "bf16"], help="attention-step K/V/q"
+    )
     ap.add_argument("--png", default="docs/figures/binarypc_bench.png")
     a = ap.parse_args()
     from icml26.core.claims import set_threads
@@ -221,7 +224,9 @@ def main() -> None:
     shape = (
         dict(B=8, Hq=32, Hkv=8, D=128, dtype=torch.bfloat16)
         if a.gpu_shape
-        else dict(B=1, Hq=9, Hkv=3, D=64, dtype=torch.float32)
+        else dict(
+            B=1, Hq=9, Hkv=3, D=64, dtype=torch.bfloat16 if a.dtype == "bf16" else torch.float32
+        )
     )
     rows = []
     for L in [] if a.no_steps else a.contexts:

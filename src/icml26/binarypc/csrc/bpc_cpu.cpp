@@ -133,9 +133,9 @@ torch::Tensor bpc_select(torch::Tensor scores, torch::Tensor forced, torch::Tens
   const bool* ap = has_a ? allowed.data_ptr<bool>() : nullptr;
   int64_t* op = out.data_ptr<int64_t>();
   at::parallel_for(0, B * Hkv, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<int64_t> keys, sel, cand;
+    std::vector<int64_t> keys, sel;
     std::vector<uint16_t> bins;
-    std::vector<int64_t> hist(kBins);
+    std::vector<int64_t> hist(kBins + 1);
     keys.reserve(static_cast<size_t>(P));
     sel.reserve(static_cast<size_t>(k));
     for (int64_t r = lo; r < hi; ++r) {
@@ -154,46 +154,48 @@ torch::Tensor bpc_select(torch::Tensor scores, torch::Tensor forced, torch::Tens
           if (f[i] && (!a || a[i])) { sel.push_back(i); --room; }
       // 3. the other allowed scored tokens by (score, index): a 4096-bin histogram of the
       //    scores (a monotone map, so every bin above the boundary bin is kept whole), then an
-      //    exact partial selection inside the boundary bin only
+      //    exact partial selection inside the boundary bin only. Forced and masked tokens get
+      //    the bin kBins, which the histogram search skips. Every loop but the last two is
+      //    branch-free (vectorized).
       if (room > 0) {
-        cand.clear();
-        const bool masked = a || f;
-        if (masked)
-          for (int64_t i = 0; i < P; ++i)
-            if ((!a || a[i]) && !(f && f[i])) cand.push_back(i);
-        const int64_t m = masked ? static_cast<int64_t>(cand.size()) : P;
-        auto at = [&](int64_t j) { return masked ? cand[j] : j; };
+        const float inf = std::numeric_limits<float>::infinity();
+        float lo_v = inf, hi_v = -inf;
+        for (int64_t i = 0; i < P; ++i) {
+          const float v = s[i];
+          const bool use = ((v - v) == 0.0f) && !(f && f[i]) && !(a && !a[i]);
+          lo_v = (use && v < lo_v) ? v : lo_v;
+          hi_v = (use && v > hi_v) ? v : hi_v;
+        }
+        const float range = hi_v - lo_v;
+        const bool binned = std::isfinite(range) && range > 0.0f;
+        const float inv = binned ? static_cast<float>(kBins - 1) / range : 0.0f;
+        const float top = static_cast<float>(kBins - 1);
+        bins.resize(static_cast<size_t>(P));
+        for (int64_t i = 0; i < P; ++i) {
+          const float v = s[i];
+          float x = (v - lo_v) * inv;
+          x = x > 0.0f ? x : 0.0f;  // also NaN (comparisons are false) and -inf
+          x = x < top ? x : top;    // also +inf
+          const bool skip = (f && f[i]) || (a && !a[i]);
+          bins[i] = static_cast<uint16_t>(skip ? kBins : static_cast<int32_t>(x));
+        }
+        std::fill(hist.begin(), hist.end(), 0);
+        for (int64_t i = 0; i < P; ++i) ++hist[bins[i]];
+        const int64_t m = P - hist[kBins];
         if (m <= room) {
-          for (int64_t j = 0; j < m; ++j) sel.push_back(at(j));
+          for (int64_t i = 0; i < P; ++i)
+            if (bins[i] != kBins) sel.push_back(i);
           room -= m;
         } else {
-          float lo_v = std::numeric_limits<float>::infinity(), hi_v = -lo_v;
-          for (int64_t j = 0; j < m; ++j) {
-            const float v = s[at(j)];
-            if (std::isfinite(v)) { lo_v = v < lo_v ? v : lo_v; hi_v = v > hi_v ? v : hi_v; }
-          }
-          const float range = hi_v - lo_v;
-          const bool binned = std::isfinite(range) && range > 0.0f;
-          const float inv = binned ? static_cast<float>(kBins - 1) / range : 0.0f;
-          bins.resize(static_cast<size_t>(m));
-          std::fill(hist.begin(), hist.end(), 0);
-          for (int64_t j = 0; j < m; ++j) {
-            const float v = s[at(j)];
-            int32_t bin = 0;
-            if (binned) {
-              if (v == std::numeric_limits<float>::infinity()) bin = kBins - 1;
-              else if (std::isfinite(v)) bin = std::min(static_cast<int32_t>((v - lo_v) * inv), kBins - 1);
-            }
-            bins[j] = static_cast<uint16_t>(bin);
-            ++hist[bin];
-          }
           int32_t edge = kBins - 1;
           int64_t above = 0;
           while (above + hist[edge] < room) above += hist[edge--];
           keys.clear();
-          for (int64_t j = 0; j < m; ++j) {
-            if (bins[j] > edge) sel.push_back(at(j));
-            else if (bins[j] == edge) keys.push_back(ordered(s[at(j)]) * (int64_t(1) << 31) + at(j));
+          for (int64_t i = 0; i < P; ++i) {
+            const int32_t bi = bins[i];
+            if (bi == kBins) continue;
+            if (bi > edge) sel.push_back(i);
+            else if (bi == edge) keys.push_back(ordered(s[i]) * (int64_t(1) << 31) + i);
           }
           const int64_t need = room - above;
           std::nth_element(keys.begin(), keys.begin() + need, keys.end(), std::greater<int64_t>());
