@@ -75,7 +75,8 @@ CLAIMS: list[Claim] = [
         name="binarypc",
         paper="Training-Free Hashing-Based Attention via Binary Principal Components",
         statement="At a 2% decode budget, 64-bit binary-principal-component key codes keep more "
-        "attention mass than LSH (SimHash-64, MagicPIG) and Quest, close to exact top-k.",
+        "attention mass than LSH (SimHash-64, MagicPIG), Quest and Loki (PCA keys, r = d/4), close to "
+        "exact top-k.",
         paper_figure="accuracy near full attention; 3.56x decode throughput over FlashAttention",
         run=lazy("icml26.binarypc.claim:run"),
         area=SERVING,
