@@ -5,9 +5,11 @@ of full accuracy).
 Miniature: a real ``LlavaForConditionalGeneration`` (CLIP tower 48x48 / patch 4 -> 144 visual
 tokens, 4 layers, pre-trained on per-token attribute labels; MLP projector; 3-layer Llama with
 RoPE) trained once on generated grid-scene QA (:mod:`scenes`, :mod:`train`; cached), evaluated on held-out scenes at keep 16 / 32 / 48 of 144
-(the 11 / 22 / 33 % of LLaVA's 64 / 128 / 192 of 576). Headline: mean retention (% of full) of
-base + RESTORE over mean retention of the base, DivPrune and VisionZip-like, at keep 16, with a
-paired bootstrap 95 % CI over questions; target > 1.
+(the 11 / 22 / 33 % of LLaVA's 64 / 128 / 192 of 576), for three builds (training seeds) of the
+model. Headline: accuracy(base + RESTORE) / accuracy(base) at keep 16 for the weaker of DivPrune and
+VisionZip-like, pooled over builds, with a clustered bootstrap 95 % CI (builds, then questions);
+target > 1. The accuracy gate (0.7) applies per build (rule: the median build must pass). Mechanism
+rows: the SmolLM2 text proxy (:mod:`icml26.restore.study.proxy`).
 
 Options (``--opt``): ``builds`` (build seeds, default 0,1,2; tiny 0,1), ``gate`` (0.7) and
 ``gate_rule`` (median | all | any), ``lm`` (tiny | smollm2: the LLaVA's language model; smollm2 is
@@ -180,6 +182,12 @@ def run(ctx: RunContext) -> Result:
     seeds = build_seeds(ctx)
     gate = float(ctx.options.get("gate", GATE))
     gate_rule = str(ctx.options.get("gate_rule", "median"))
+    from icml26.restore.study.builds import GATE_RULES
+
+    if gate_rule not in GATE_RULES:
+        from icml26.core.errors import UserError
+
+        raise UserError(f"--opt gate_rule must be one of {', '.join(GATE_RULES)}; got {gate_rule!r}")
     n_q = int(ctx.options.get("questions", ctx.pick(tiny=16, small=300, full=1000)))
     keeps = ctx.pick(tiny=[16], small=[16, 32, 48], full=[16, 32, 48])
     k0 = keeps[0]
