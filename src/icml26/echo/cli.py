@@ -60,7 +60,13 @@ def generate_cmd(
     m, tok = load_lm(model, dtype=dtype, device=dev)
     d = exit_layer if exit_layer is not None else m.config.num_hidden_layers - 1
     if draft:
-        d = load_lm(draft, dtype=dtype, device=dev)[0]
+        from icml26.echo.hf import check_tokenizers
+
+        d, dtok = load_lm(draft, dtype=dtype, device=dev)
+        try:
+            check_tokenizers(tok, dtok)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--draft") from None
     kw = {}
     if policy == "echo":
         kw["gate_depths"], kw["taus"] = _gates(gates, gates_file)
