@@ -13,7 +13,7 @@ rows: the SmolLM2 text proxy (:mod:`icml26.restore.study.proxy`).
 
 Options (``--opt``): ``builds`` (build seeds, default 0,1,2; tiny 0,1), ``gate`` (0.7) and
 ``gate_rule`` (median | all | any), ``lm`` (tiny | smollm2: the LLaVA's language model; smollm2 is
-a frozen SmolLM2-135M, ~3 CPU-hours per build, off by default), ``proxy_blocks`` (SmolLM2 text
+a frozen SmolLM2-135M, 2.2-3 CPU-hours per build, off by default), ``proxy_blocks`` (SmolLM2 text
 proxy blocks, 16; 0 skips), ``model`` (folder of a scenes-trained tiny LLaVA, used for every
 build seed), ``questions`` (count). At ``full`` scale
 with ``data=VQA.jsonl`` and ``model=LLAVA_FOLDER`` (plus ``keeps=64,128,192``, ``dtype``) the
@@ -88,7 +88,7 @@ def _model(ctx: RunContext, seed: int):
                        hidden=64, layers=2, image_token_id=scenes.IMAGE_ID, seed=seed)
         return m, N_IMAGE_TOKENS, "random tiny LLaVA (untrained; plumbing only)", 0.0
     folder = ctx.options.get("model")
-    lm = str(ctx.options.get("lm", "tiny"))  # "smollm2": a frozen SmolLM2-135M LM (~3 CPU-h per build)
+    lm = str(ctx.options.get("lm", "tiny"))  # "smollm2": a frozen SmolLM2-135M LM (2.2-3 CPU-h per build)
     t0 = time.time()
     model = load_tiny_llava(folder or model_dir(seed=seed, lm=lm))
     built = 0.0

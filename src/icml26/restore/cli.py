@@ -63,7 +63,7 @@ def build_cmd(
     vision_steps: Annotated[int | None, typer.Option(help="Stage 1 steps: vision tower on attribute labels (default: the claim's recipe).")] = None,
     qa_steps: Annotated[int | None, typer.Option(help="Stage 2 steps: projector + LM on scenes QA (default: the claim's recipe).")] = None,
     seed: Annotated[int, typer.Option()] = 0,
-    lm: Annotated[str, typer.Option(help="Language model: tiny (3-layer, from scratch) or smollm2 (frozen SmolLM2-135M; ~3 CPU-hours).")] = "tiny",
+    lm: Annotated[str, typer.Option(help="Language model: tiny (3-layer, from scratch) or smollm2 (frozen SmolLM2-135M; 2.2-3 CPU-hours).")] = "tiny",
 ) -> None:
     """Train the claim's tiny LLaVA on generated scenes QA and save it (from_pretrained-loadable)."""
     from icml26.restore.train import LMS, QA_STEPS, VISION_STEPS, build_tiny_llava

@@ -288,8 +288,8 @@ def build_tiny_llava(out: Path | None = None, *, vision_steps: int = VISION_STEP
     settings) copies its tower instead of running stage 1 again: stage 1 is deterministic, so the
     result is the same model, for experiments on stage 2 only. ``lm="smollm2"``: the language
     model is a frozen SmolLM2-135M (:func:`smollm2_llava`; ``hidden`` / ``layers`` ignored), only
-    the projector learns in stage 2 -- about 9 CPU-s per stage-2 step on one thread (measured),
-    so ~3 CPU-hours at the default 1,200 steps: off by default."""
+    the projector learns in stage 2 -- 6.6-9 CPU-s per stage-2 step on one thread (measured),
+    so 2.2-3 CPU-hours at the default 1,200 steps: off by default."""
     out = Path(out or model_dir(autocast=autocast, seed=seed, lm=lm))
     if lm not in LMS:
         raise ValueError(f"lm must be one of {LMS}; got {lm!r}")
