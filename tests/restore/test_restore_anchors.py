@@ -54,7 +54,9 @@ def test_distinctive_anchors_match_brute_force(n, d, k, seed):
         assert sims[j] >= sims.max() - 1e-12 or i == anchors[j]
     # size-weighted sums preserved: sum_n s_n * merged_n == sum_i x_i
     merged = red.merge(torch.from_numpy(x))
-    np.testing.assert_allclose((merged * red.sizes[:, None].double()).sum(0).numpy(), x.sum(0), atol=1e-9)
+    np.testing.assert_allclose(
+        (merged * red.sizes[:, None].double()).sum(0).numpy(), x.sum(0), atol=1e-9
+    )
 
 
 def brute_divprune(x, k):
@@ -78,9 +80,17 @@ def test_divprune_is_greedy_max_min(n, k, seed):
     assert (red.sizes == 1).all() and int((red.groups >= 0).sum()) == k
 
 
-@pytest.mark.parametrize("make", [lambda: ToMe(), lambda: UniformAnchors(), lambda: VisionZipLike(),
-                                  lambda: Hybrid(DivPrune(), 0.5), lambda: Hybrid(VisionZipLike(), 0.5),
-                                  lambda: Hybrid(DivPrune(), 0.5, anchors="uniform")])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ToMe(),
+        lambda: UniformAnchors(),
+        lambda: VisionZipLike(),
+        lambda: Hybrid(DivPrune(), 0.5),
+        lambda: Hybrid(VisionZipLike(), 0.5),
+        lambda: Hybrid(DivPrune(), 0.5, anchors="uniform"),
+    ],
+)
 @pytest.mark.parametrize("keep", [1, 5, 16, 31])
 def test_merging_reducers_conserve_tokens(make, keep):
     g = torch.Generator().manual_seed(keep)

@@ -42,7 +42,11 @@ class Keep:
 
 
 @settings(max_examples=30, deadline=None)
-@given(delta=st.integers(0, 100_000), hd=st.sampled_from([16, 64, 128]), base=st.sampled_from([1e4, 1e5]))
+@given(
+    delta=st.integers(0, 100_000),
+    hd=st.sampled_from([16, 64, 128]),
+    base=st.sampled_from([1e4, 1e5]),
+)
 def test_rope_decay_bounds(delta, hd, base):
     d = float(rope_decay(torch.tensor(delta), hd, base))
     ref = sum(math.cos(delta * base ** (-2 * j / hd)) for j in range(hd // 2)) * 2 / hd
@@ -80,16 +84,28 @@ def test_identical_keys_merged_with_size_equal_unmerged():
         k = keys.shape[2]
         cfg = RestoreConfig(reducer="none", calibrate=True, distance_bias=False)
         s = RestoreState(
-            config=cfg, head_dim=8, base=1e4, phase="prefill",
+            config=cfg,
+            head_dim=8,
+            base=1e4,
+            phase="prefill",
             log_size=torch.log(torch.tensor([sizes], dtype=torch.float64)),
-            log_size0=torch.zeros(1, k, dtype=torch.float64), pos=torch.zeros(1, k, dtype=torch.long),
-            valid=torch.ones(1, k, dtype=torch.bool), visual=torch.zeros(1, k, dtype=torch.bool))
+            log_size0=torch.zeros(1, k, dtype=torch.float64),
+            pos=torch.zeros(1, k, dtype=torch.long),
+            valid=torch.ones(1, k, dtype=torch.bool),
+            visual=torch.zeros(1, k, dtype=torch.bool),
+        )
         # queries see every key (they sit after all keys): pass Q rows as the last Q of K+Q
         kk = torch.cat([keys, torch.zeros(1, 2, 3, 8, dtype=torch.float64)], 2)
         vv = torch.cat([vals, torch.zeros(1, 2, 3, 8, dtype=torch.float64)], 2)
         s.log_size = torch.cat([s.log_size, torch.full((1, 3), -1e4, dtype=torch.float64)], 1)
-        s.log_size0, s.pos = torch.zeros(1, k + 3, dtype=torch.float64), torch.zeros(1, k + 3, dtype=torch.long)
-        s.valid, s.visual = torch.ones(1, k + 3, dtype=torch.bool), torch.zeros(1, k + 3, dtype=torch.bool)
+        s.log_size0, s.pos = (
+            torch.zeros(1, k + 3, dtype=torch.float64),
+            torch.zeros(1, k + 3, dtype=torch.long),
+        )
+        s.valid, s.visual = (
+            torch.ones(1, k + 3, dtype=torch.bool),
+            torch.zeros(1, k + 3, dtype=torch.bool),
+        )
         return restore_attention(mod, q, kk, vv, None, scaling=0.3, **{STATE_KWARG: s})[0]
 
     merged = run(torch.cat([a, b, c], 2), torch.cat([va, vb, vc], 2), [1.0, 3.0, 1.0])
@@ -130,18 +146,33 @@ def test_retained_pruning_equals_masked_full_sequence(model):
         out = res.logits
         torch.testing.assert_close(out[0, -5:], ref[0, -5:], rtol=1e-9, atol=1e-9)
         st_ = restore_state(res)
-        assert st_.pos[0, 3:11].tolist() == (3 + keep).tolist() and int(st_.next_pos[0]) == ids.shape[1]
-        gen = model.generate(input_ids=ids, pixel_values=px, max_new_tokens=3, do_sample=False,
-                             output_logits=True, return_dict_in_generate=True)
+        assert (
+            st_.pos[0, 3:11].tolist() == (3 + keep).tolist()
+            and int(st_.next_pos[0]) == ids.shape[1]
+        )
+        gen = model.generate(
+            input_ids=ids,
+            pixel_values=px,
+            max_new_tokens=3,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
     finally:
         remove_restore(model)
     # decode: continue the masked full sequence token by token
     seq, m = ids, mask
     for t in range(3):
-        full = model(input_ids=seq, pixel_values=px, attention_mask=m,
-                     position_ids=torch.arange(seq.shape[1])[None]).logits[:, -1]
-        torch.testing.assert_close(gen.logits[t].double(), full, rtol=1e-6, atol=1e-6)  # float32 out
-        nxt = gen.sequences[:, ids.shape[1] + t: ids.shape[1] + t + 1]
+        full = model(
+            input_ids=seq,
+            pixel_values=px,
+            attention_mask=m,
+            position_ids=torch.arange(seq.shape[1])[None],
+        ).logits[:, -1]
+        torch.testing.assert_close(
+            gen.logits[t].double(), full, rtol=1e-6, atol=1e-6
+        )  # float32 out
+        nxt = gen.sequences[:, ids.shape[1] + t : ids.shape[1] + t + 1]
         seq, m = torch.cat([seq, nxt], 1), torch.cat([m, torch.ones_like(nxt)], 1)
 
 
@@ -150,7 +181,7 @@ def _rot(x, pos, base):
     inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     ang = pos[:, None].double() * inv[None]
     cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
@@ -197,12 +228,14 @@ def test_calibrated_forward_matches_brute_force(model, positions):
     emb = model.model.get_input_embeddings()(ids)[0]
     rel = red.positions("lower")
     assert rel[8:].tolist() == [8 + 8 * 3 + j for j in range(8)]  # lower median of {8+j, 16+j, ...}
-    x = torch.cat([emb[:3], red.merge(feats), emb[3 + N:]])[None]
+    x = torch.cat([emb[:3], red.merge(feats), emb[3 + N :]])[None]
     pos = torch.cat([torch.arange(3), 3 + rel, 3 + N + torch.arange(5)])
     if positions == "reindexed":
         pos = torch.arange(x.shape[1])
     log_s = torch.cat([torch.zeros(3), torch.log(red.sizes.double()), torch.zeros(5)]).double()
-    log_s0 = torch.cat([torch.zeros(3), torch.full((16,), math.log(N / 16)), torch.zeros(5)]).double()
+    log_s0 = torch.cat(
+        [torch.zeros(3), torch.full((16,), math.log(N / 16)), torch.zeros(5)]
+    ).double()
     ref = brute_force_lm(model, x, pos, log_s, log_s0, 2.0)
     # HF computes rotary cos/sin in float32, hence 1e-6 rather than 1e-12
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
@@ -214,8 +247,14 @@ def test_cached_decode_equals_recompute_log_s_only(model):
     ids, px = inputs(seed=5)
     apply_restore(model, RestoreConfig(reducer="divprune", keep=12, distance_bias=False))
     try:
-        gen = model.generate(input_ids=ids, pixel_values=px, max_new_tokens=4, do_sample=False,
-                             output_logits=True, return_dict_in_generate=True)
+        gen = model.generate(
+            input_ids=ids,
+            pixel_values=px,
+            max_new_tokens=4,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
         for t in range(4):
             seq = gen.sequences[:, : ids.shape[1] + t]
             full = model(input_ids=seq, pixel_values=px).logits[:, -1]
@@ -224,11 +263,17 @@ def test_cached_decode_equals_recompute_log_s_only(model):
         remove_restore(model)
 
 
-@pytest.mark.parametrize("cfg", [
-    RestoreConfig(reducer="divprune", keep=16), RestoreConfig(reducer="visionzip", keep=16),
-    RestoreConfig(reducer="tome", keep=16, gamma=None), RestoreConfig(reducer="fastv", keep=8, calibrate=False),
-    RestoreConfig(reducer="pdrop", keep=8, calibrate=False),
-    RestoreConfig(reducer="divprune", keep=16, select_on="projected", positions="reindexed")])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        RestoreConfig(reducer="divprune", keep=16),
+        RestoreConfig(reducer="visionzip", keep=16),
+        RestoreConfig(reducer="tome", keep=16, gamma=None),
+        RestoreConfig(reducer="fastv", keep=8, calibrate=False),
+        RestoreConfig(reducer="pdrop", keep=8, calibrate=False),
+        RestoreConfig(reducer="divprune", keep=16, select_on="projected", positions="reindexed"),
+    ],
+)
 def test_generate_batched_runs(model, cfg):
     ids, px = inputs(batch=2, seed=1)
     apply_restore(model, cfg)
@@ -246,12 +291,20 @@ def test_llava_next_generate_keeps_newlines():
     g = torch.Generator().manual_seed(0)
     px = torch.randn(1, 3, 3, 16, 16, generator=g, dtype=torch.float64)  # base + 2 tiles
     sizes = torch.tensor([[16, 32]])
-    feats = m.model.get_image_features(pixel_values=px, image_sizes=sizes, return_dict=True).pooler_output[0]
+    feats = m.model.get_image_features(
+        pixel_values=px, image_sizes=sizes, return_dict=True
+    ).pooler_output[0]
     ids = torch.tensor([[1, 2] + [63] * feats.shape[0] + [4, 5]])
     apply_restore(m, RestoreConfig(reducer="divprune", keep=20, select_on="projected"))
     try:
-        gen = m.generate(input_ids=ids, pixel_values=px, image_sizes=sizes, max_new_tokens=3, do_sample=False,
-                         return_dict_in_generate=True)
+        gen = m.generate(
+            input_ids=ids,
+            pixel_values=px,
+            image_sizes=sizes,
+            max_new_tokens=3,
+            do_sample=False,
+            return_dict_in_generate=True,
+        )
         out, red = gen.sequences, restore_state(gen).reductions[0]
     finally:
         remove_restore(m)
@@ -264,9 +317,15 @@ def test_llava_next_generate_keeps_newlines():
 
 
 def test_bad_config_values():
-    for kw, msg in [({"keep": 0}, "keep.*got 0"), ({"gamma": 1.5}, "gamma.*1.5"), ({"c": 1.0}, "c must be > 1.*1.0"),
-                    ({"positions": "x"}, "positions"), ({"reducer": "bogus"}, "unknown reducer"),
-                    ({"reducer": "fastv"}, "in-LLM"), ({"reducer": "tome"}, "gamma=None")]:
+    for kw, msg in [
+        ({"keep": 0}, "keep.*got 0"),
+        ({"gamma": 1.5}, "gamma.*1.5"),
+        ({"c": 1.0}, "c must be > 1.*1.0"),
+        ({"positions": "x"}, "positions"),
+        ({"reducer": "bogus"}, "unknown reducer"),
+        ({"reducer": "fastv"}, "in-LLM"),
+        ({"reducer": "tome"}, "gamma=None"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             RestoreConfig(**kw)
 
@@ -275,8 +334,18 @@ def test_bad_models_and_inputs(model):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     with pytest.raises(ValueError, match="LlavaForConditionalGeneration.*LlamaForCausalLM"):
-        apply_restore(LlamaForCausalLM(LlamaConfig(hidden_size=32, num_attention_heads=2, num_hidden_layers=1,
-                                                   intermediate_size=64, vocab_size=10)), RestoreConfig())
+        apply_restore(
+            LlamaForCausalLM(
+                LlamaConfig(
+                    hidden_size=32,
+                    num_attention_heads=2,
+                    num_hidden_layers=1,
+                    intermediate_size=64,
+                    vocab_size=10,
+                )
+            ),
+            RestoreConfig(),
+        )
     fa = tiny_llava()
     fa.model.language_model.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="flash_attention_2.*sdpa"):

@@ -61,8 +61,9 @@ def test_interleaved_requests_equal_sequential(model):
         sa, sb = restore_state(ca), restore_state(cb)
     finally:
         remove_restore(model)
-    for got, want in zip((la, a1, a2, lb, b1, b2), (*seq[0][:1], *seq[0][2:], *seq[1][:1], *seq[1][2:]),
-                         strict=True):
+    for got, want in zip(
+        (la, a1, a2, lb, b1, b2), (*seq[0][:1], *seq[0][2:], *seq[1][:1], *seq[1][2:]), strict=True
+    ):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert sa is not sb and sa.config is A and sb.config is B
     assert sa.prefill_len == 3 + 8 + 5 and sb.prefill_len == 3 + 20 + 5
@@ -71,8 +72,14 @@ def test_interleaved_requests_equal_sequential(model):
 
 def test_generate_with_per_call_config_equals_patching_with_it(model):
     ids, px = inputs(seed=2)
-    kw = dict(input_ids=ids, pixel_values=px, max_new_tokens=3, do_sample=False, output_logits=True,
-              return_dict_in_generate=True)
+    kw = dict(
+        input_ids=ids,
+        pixel_values=px,
+        max_new_tokens=3,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     apply_restore(model, B)
     try:
         ref = model.generate(**kw)
@@ -105,16 +112,28 @@ def test_score_mod_equals_bias(layer, phase):
     b, h, hkv, d, k = 2, 4, 2, 8, 12
     q = 1 if phase == "decode" else k
     cfg = RestoreConfig(reducer="none", calibrate=True)
-    pos = torch.stack([torch.tensor([0, 0, 1, 2, 7, 9, 30, 31, 32, 33, 34, 35]),
-                       torch.tensor([0, 1, 2, 3, 4, 5, 6, 40, 41, 42, 43, 44])])
+    pos = torch.stack(
+        [
+            torch.tensor([0, 0, 1, 2, 7, 9, 30, 31, 32, 33, 34, 35]),
+            torch.tensor([0, 1, 2, 3, 4, 5, 6, 40, 41, 42, 43, 44]),
+        ]
+    )
     valid = torch.ones(b, k, dtype=torch.bool)
     valid[0, :2] = False  # left padding
     drop = torch.zeros(b, k, dtype=torch.bool)
     drop[1, 4] = True
-    st = RestoreState(config=cfg, head_dim=d, base=1e4, phase=phase, pos=pos, valid=valid,
-                      log_size=torch.log(torch.randint(1, 5, (b, k), generator=g).double()),
-                      log_size0=torch.full((b, k), 1.3, dtype=torch.float64),
-                      visual=torch.zeros(b, k, dtype=torch.bool), drop=[(1, drop)])
+    st = RestoreState(
+        config=cfg,
+        head_dim=d,
+        base=1e4,
+        phase=phase,
+        pos=pos,
+        valid=valid,
+        log_size=torch.log(torch.randint(1, 5, (b, k), generator=g).double()),
+        log_size0=torch.full((b, k), 1.3, dtype=torch.float64),
+        visual=torch.zeros(b, k, dtype=torch.bool),
+        drop=[(1, drop)],
+    )
 
     class M(torch.nn.Module):
         training = False
@@ -134,8 +153,15 @@ def test_flex_backend_equals_sdpa_backend_end_to_end(model):
     ids, px = inputs(batch=2, seed=3)
     mask = torch.ones_like(ids)
     mask[0, :2] = 0  # row 0 left-padded
-    kw = dict(input_ids=ids, pixel_values=px, attention_mask=mask, max_new_tokens=2, do_sample=False,
-              output_logits=True, return_dict_in_generate=True)
+    kw = dict(
+        input_ids=ids,
+        pixel_values=px,
+        attention_mask=mask,
+        max_new_tokens=2,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     outs = {}
     for backend in ("sdpa", "flex"):
         apply_restore(model, RestoreConfig(reducer="divprune", keep=8, backend=backend))
@@ -176,19 +202,28 @@ def test_keep_ratio_matches_keep_and_one_keeps_all(model):
         finally:
             remove_restore(model)
 
-    torch.testing.assert_close(logits(RestoreConfig(keep_ratio=8 / N)), logits(RestoreConfig(keep=8)),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        logits(RestoreConfig(keep_ratio=8 / N)), logits(RestoreConfig(keep=8)), rtol=0, atol=0
+    )
     full = model(input_ids=ids, pixel_values=px).logits[:, -1]
-    torch.testing.assert_close(logits(RestoreConfig(keep_ratio=1.0, calibrate=False)), full,
-                               rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(
+        logits(RestoreConfig(keep_ratio=1.0, calibrate=False)), full, rtol=1e-9, atol=1e-9
+    )
     assert RestoreConfig(keep_ratio=0.001).keep_for(144) == 1
 
 
 def test_models_and_inputs_without_visual_tokens(model):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    lm = LlamaForCausalLM(LlamaConfig(hidden_size=32, num_attention_heads=2, num_hidden_layers=1,
-                                      intermediate_size=64, vocab_size=10))
+    lm = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=32,
+            num_attention_heads=2,
+            num_hidden_layers=1,
+            intermediate_size=64,
+            vocab_size=10,
+        )
+    )
     with pytest.raises(ValueError, match="got LlamaForCausalLM.*no vision tower.*no visual tokens"):
         apply_restore(lm, RestoreConfig())
     with pytest.raises(TypeError, match="RestoreConfig; got dict"):

@@ -12,9 +12,17 @@ from icml26.restore.study.proxy import ARMS, arm_name, block_mass, scene_block
 def lm():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=64, rope_theta=1e5,
-                      max_position_embeddings=1024)
+    cfg = LlamaConfig(
+        vocab_size=300,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        rope_theta=1e5,
+        max_position_embeddings=1024,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg).double().eval()
 

@@ -28,8 +28,13 @@ def test_token_targets_match_pixel_geometry():
             r, c = y // scenes.CELL, x // scenes.CELL
             assert tg[s, t, 3] == 3 * r + c
             v = layout.get((r, c))
-            want = (0, 0, 0) if v is None else (0, 5, 1 + int(v[1])) if v[0] == "digit" else (
-                1 + colors.index(v[1]), 1 + scenes.SHAPES.index(v[0]), 0)
+            want = (
+                (0, 0, 0)
+                if v is None
+                else (0, 5, 1 + int(v[1]))
+                if v[0] == "digit"
+                else (1 + colors.index(v[1]), 1 + scenes.SHAPES.index(v[0]), 0)
+            )
             assert tuple(tg[s, t, :3].tolist()) == want
     # the layouts are the scenes' own: an occupied cell's centre region is not background
     for s, layout in enumerate(layouts):
@@ -59,23 +64,44 @@ def test_balanced_questions():
 
 def test_stage2_forward_equals_llava_forward():
     torch.manual_seed(0)
-    m = tiny_llava(len(scenes.VOCAB), image_size=scenes.IMAGE, patch=4, vision_width=32, vision_layers=3,
-                   hidden=32, image_token_id=scenes.IMAGE_ID, dtype=torch.float64)
+    m = tiny_llava(
+        len(scenes.VOCAB),
+        image_size=scenes.IMAGE,
+        patch=4,
+        vision_width=32,
+        vision_layers=3,
+        hidden=32,
+        image_token_id=scenes.IMAGE_ID,
+        dtype=torch.float64,
+    )
     images, qs = scenes.make_dataset(3, seed=2, dense=True)
-    qs = [next(q for q in qs if q.scene == s and q.kind == "cell") for s in range(3)]  # equal lengths
+    qs = [
+        next(q for q in qs if q.scene == s and q.kind == "cell") for s in range(3)
+    ]  # equal lengths
     ids = torch.tensor([scenes.encode(q, N_IMAGE_TOKENS) for q in qs])
     px = scenes.pixel_values(images[[q.scene for q in qs]]).double()
     with torch.no_grad():
         want = m(input_ids=ids, pixel_values=px).logits
-        got = m.lm_head(text_hidden(m, ids, vision_features(m, images[[q.scene for q in qs]]).double()))
+        got = m.lm_head(
+            text_hidden(m, ids, vision_features(m, images[[q.scene for q in qs]]).double())
+        )
     assert torch.allclose(got, want, atol=1e-10)
 
 
 def test_short_build_reloads_and_learns(tmp_path):
     from transformers import LlavaForConditionalGeneration
 
-    out = build_tiny_llava(tmp_path / "m", vision_steps=20, qa_steps=6, n_scenes=40, vision_width=32,
-                           vision_layers=2, hidden=32, layers=1, log=None)
+    out = build_tiny_llava(
+        tmp_path / "m",
+        vision_steps=20,
+        qa_steps=6,
+        n_scenes=40,
+        vision_width=32,
+        vision_layers=2,
+        hidden=32,
+        layers=1,
+        log=None,
+    )
     meta = json.loads((out / "restore-vocab.json").read_text())
     assert meta["vocab"] == scenes.VOCAB and meta["vision_steps"] == 20
     m = LlavaForConditionalGeneration.from_pretrained(out)
@@ -89,8 +115,18 @@ def test_short_build_reloads_and_learns(tmp_path):
     # vision pre-training lowers its loss (an EMA of the sum of four cross-entropies)
     assert len(meta["vision_loss"]) == 2 and meta["vision_loss"][-1] < meta["vision_loss"][0] - 0.5
     # stage 1 is deterministic: reusing the tower (vision_from) rebuilds the very same model
-    again = build_tiny_llava(tmp_path / "m2", vision_steps=20, qa_steps=6, n_scenes=40, vision_width=32,
-                             vision_layers=2, hidden=32, layers=1, log=None, vision_from=out)
+    again = build_tiny_llava(
+        tmp_path / "m2",
+        vision_steps=20,
+        qa_steps=6,
+        n_scenes=40,
+        vision_width=32,
+        vision_layers=2,
+        hidden=32,
+        layers=1,
+        log=None,
+        vision_from=out,
+    )
     m2 = LlavaForConditionalGeneration.from_pretrained(again)
     sd, sd2 = m.state_dict(), m2.state_dict()
     assert sd.keys() == sd2.keys() and all(torch.equal(sd[k], sd2[k]) for k in sd)
@@ -123,7 +159,8 @@ def test_scene_targets():
     for s, layout in enumerate(layouts):
         objs = [v for v in layout.values() if v[0] != "digit"]
         assert {scenes.VOCAB[scenes.WORD[c]] for _, c in objs} == {
-            list(scenes.COLORS)[i] for i in range(6) if tg[s, i] == 1}
+            list(scenes.COLORS)[i] for i in range(6) if tg[s, i] == 1
+        }
         assert {sh for sh, _ in objs} == {scenes.SHAPES[i] for i in range(4) if tg[s, 6 + i] == 1}
         digits = [v[1] for v in layout.values() if v[0] == "digit"]
         assert [str(i) for i in range(10) if tg[s, 10 + i] == 1] == digits
@@ -135,10 +172,20 @@ def test_questions_do_not_depend_on_hash_seed():
     import subprocess
     import sys
 
-    code = ("from icml26.restore import scenes; _, qs = scenes.make_dataset(20, seed=10_000, per_scene=4); "
-            "print([(q.scene, q.words, q.answer) for q in qs])")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": h}).stdout for h in ("1", "2", "3")}
+    code = (
+        "from icml26.restore import scenes; _, qs = scenes.make_dataset(20, seed=10_000, per_scene=4); "
+        "print([(q.scene, q.words, q.answer) for q in qs])"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": h},
+        ).stdout
+        for h in ("1", "2", "3")
+    }
     assert len(outs) == 1
 
 
@@ -153,12 +200,17 @@ def test_smollm2_llava_language_model_is_smollm2():
 
     smol, tok = load_lm(dtype=torch.float32)
     m = smollm2_llava(seed=0, vision_width=32, vision_layers=1)
-    words = [w for w in ("red", "blue", "circle", "square", "count", "color") if w in scenes.WORD
-             and len(tok(" " + w, add_special_tokens=False)["input_ids"]) == 1]
+    words = [
+        w
+        for w in ("red", "blue", "circle", "square", "count", "color")
+        if w in scenes.WORD and len(tok(" " + w, add_special_tokens=False)["input_ids"]) == 1
+    ]
     assert len(words) >= 3
     tids = [tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in words]
     with torch.no_grad():
-        got = m.model.language_model(input_ids=torch.tensor([[scenes.WORD[w] for w in words]])).last_hidden_state
+        got = m.model.language_model(
+            input_ids=torch.tensor([[scenes.WORD[w] for w in words]])
+        ).last_hidden_state
         want = smol.model(input_ids=torch.tensor([tids])).last_hidden_state
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert m.config.text_config.num_hidden_layers == 30 and m.config.text_config.head_dim == 64

@@ -7,6 +7,19 @@ from icml26.restore.attention import distance_bias, rope_decay
 from icml26.restore.patch import RestoreConfig, apply_restore, remove_restore
 from icml26.restore.reducers import DivPrune, Reduction, ToMe, UniformAnchors, VisionZipLike
 
-__all__ = ["RestoreConfig", "apply_restore", "remove_restore", "Reduction", "DivPrune",
-           "VisionZipLike", "ToMe", "UniformAnchors", "Hybrid", "hybrid", "distinctive_anchors",
-           "anchor_scores", "rope_decay", "distance_bias"]
+__all__ = [
+    "RestoreConfig",
+    "apply_restore",
+    "remove_restore",
+    "Reduction",
+    "DivPrune",
+    "VisionZipLike",
+    "ToMe",
+    "UniformAnchors",
+    "Hybrid",
+    "hybrid",
+    "distinctive_anchors",
+    "anchor_scores",
+    "rope_decay",
+    "distance_bias",
+]

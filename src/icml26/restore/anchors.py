@@ -51,23 +51,37 @@ class Hybrid:
     the budget as anchors (``anchors="distinctive"`` RESTORE, or ``"uniform"`` for the ablation).
     ``base`` must have ``select(feats, k, cls_attn) -> LongTensor`` (DivPrune, VisionZipLike)."""
 
-    def __init__(self, base, gamma: float = 0.5, anchors: str = "distinctive",
-                 merge_position: str = "lower"):
+    def __init__(
+        self, base, gamma: float = 0.5, anchors: str = "distinctive", merge_position: str = "lower"
+    ):
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1]; got {gamma}")
         if anchors not in ("distinctive", "uniform"):
             raise ValueError(f"anchors must be 'distinctive' or 'uniform'; got {anchors!r}")
         if gamma > 0 and not hasattr(base, "select"):
-            raise ValueError(f"hybrid needs a pruning reducer with select(); {type(base).__name__} has none")
-        self.base, self.gamma, self.anchors, self.merge_position = base, gamma, anchors, merge_position
+            raise ValueError(
+                f"hybrid needs a pruning reducer with select(); {type(base).__name__} has none"
+            )
+        self.base, self.gamma, self.anchors, self.merge_position = (
+            base,
+            gamma,
+            anchors,
+            merge_position,
+        )
         self.name = f"hybrid({getattr(base, 'name', type(base).__name__)},{gamma})"
 
-    def reduce(self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None) -> Reduction:
+    def reduce(
+        self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None
+    ) -> Reduction:
         n = feats.shape[0]
         check_keep(keep, n)
         n_keep = round(self.gamma * keep)
         n_anchor = keep - n_keep
-        kept = self.base.select(feats, n_keep, cls_attn) if n_keep > 0 else torch.zeros(0, dtype=torch.long)
+        kept = (
+            self.base.select(feats, n_keep, cls_attn)
+            if n_keep > 0
+            else torch.zeros(0, dtype=torch.long)
+        )
         groups = torch.full((n,), -1, dtype=torch.long)
         groups[kept] = torch.arange(n_keep)
         rep = [kept]

@@ -29,11 +29,23 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["ATTN_NAME", "STATE_KWARG", "rope_decay", "rope_params", "distance_bias", "distance_table",
-           "RestoreState", "restore_attention", "register", "flex_available"]
+__all__ = [
+    "ATTN_NAME",
+    "STATE_KWARG",
+    "rope_decay",
+    "rope_params",
+    "distance_bias",
+    "distance_table",
+    "RestoreState",
+    "restore_attention",
+    "register",
+    "flex_available",
+]
 
 ATTN_NAME = "icml26_restore"
-STATE_KWARG = "icml26_restore_state"  # keyword under which the patched forward passes the call's state
+STATE_KWARG = (
+    "icml26_restore_state"  # keyword under which the patched forward passes the call's state
+)
 
 
 def rope_decay(delta: torch.Tensor, head_dim: int, base: float) -> torch.Tensor:
@@ -49,7 +61,8 @@ def rope_decay(delta: torch.Tensor, head_dim: int, base: float) -> torch.Tensor:
 def rope_params(text_config) -> tuple[int, float]:
     """``(head_dim, rope base)`` read from a text config (LLaVA-1.5: 128, 1e4; SmolLM2: 64, 1e5)."""
     head_dim = getattr(text_config, "head_dim", None) or (
-        text_config.hidden_size // text_config.num_attention_heads)
+        text_config.hidden_size // text_config.num_attention_heads
+    )
     base = None
     rp = getattr(text_config, "rope_parameters", None)
     if isinstance(rp, dict):
@@ -57,12 +70,15 @@ def rope_params(text_config) -> tuple[int, float]:
     if base is None:
         base = getattr(text_config, "rope_theta", None)
     if base is None:
-        raise ValueError(f"cannot read the RoPE base (rope_theta) from {type(text_config).__name__}")
+        raise ValueError(
+            f"cannot read the RoPE base (rope_theta) from {type(text_config).__name__}"
+        )
     return int(head_dim), float(base)
 
 
-def distance_bias(pos_q: torch.Tensor, pos_k: torch.Tensor, head_dim: int, base: float,
-                  c: float = 2.0) -> torch.Tensor:
+def distance_bias(
+    pos_q: torch.Tensor, pos_k: torch.Tensor, head_dim: int, base: float, c: float = 2.0
+) -> torch.Tensor:
     """``log(c - D(|p_m - p_n|))`` for positions ``pos_q`` (B, Q) and ``pos_k`` (B, K): (B, Q, K)
     float64. Uses a table over the distances present (cheap: at most max position + 1 entries)."""
     if c <= 1.0:
@@ -71,11 +87,15 @@ def distance_bias(pos_q: torch.Tensor, pos_k: torch.Tensor, head_dim: int, base:
     return distance_table(int(delta.max()), head_dim, base, c, device=delta.device)[delta]
 
 
-def distance_table(max_delta: int, head_dim: int, base: float, c: float = 2.0, device=None) -> torch.Tensor:
+def distance_table(
+    max_delta: int, head_dim: int, base: float, c: float = 2.0, device=None
+) -> torch.Tensor:
     """``log(c - D(Δ))`` for ``Δ = 0 .. max_delta``: (max_delta + 1,) float64."""
     if c <= 1.0:
         raise ValueError(f"c must be > 1 so that c - D(Δ) > 0; got {c}")
-    return torch.log(c - rope_decay(torch.arange(int(max_delta) + 1, device=device), head_dim, base))
+    return torch.log(
+        c - rope_decay(torch.arange(int(max_delta) + 1, device=device), head_dim, base)
+    )
 
 
 def flex_available() -> bool:
@@ -139,8 +159,9 @@ class RestoreState:
             b = b + self._pad(ls, k, 0.0).to(device, torch.float64)[:, None, :]
             if cfg.distance_bias and self.phase == "prefill":
                 if self.dist is None or self.dist.shape[-1] != k:  # once per prefill
-                    self.dist = distance_bias(self.pos.to(device), self.pos.to(device), self.head_dim,
-                                              self.base, cfg.c)
+                    self.dist = distance_bias(
+                        self.pos.to(device), self.pos.to(device), self.head_dim, self.base, cfg.c
+                    )
                 b = b + self.dist
         work = torch.float64 if dtype == torch.float64 else torch.float32
         b = torch.where(allowed, b, torch.full_like(b, torch.finfo(work).min))
@@ -165,8 +186,9 @@ class RestoreState:
         use_dist = cfg.calibrate and cfg.distance_bias and self.phase == "prefill"
         if use_dist:
             pos = self.pos.to(device)
-            table = distance_table(int(pos.max() - pos.min()), self.head_dim, self.base, cfg.c,
-                                   device=device).to(work)
+            table = distance_table(
+                int(pos.max() - pos.min()), self.head_dim, self.base, cfg.c, device=device
+            ).to(work)
 
         def score_mod(score, b, h, q_idx, kv_idx):
             s = score + key[b, kv_idx]
@@ -191,7 +213,9 @@ def _repeat_kv(x: torch.Tensor, n: int) -> torch.Tensor:
     return x if n == 1 else x.repeat_interleave(n, dim=1)
 
 
-def restore_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+def restore_attention(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs
+):
     """``AttentionInterface`` function: query (B, H, Q, d), key/value (B, Hkv, K, d) -> output
     (B, Q, H, d) and ``None`` weights. The call's :class:`RestoreState` comes in ``kwargs``
     under :data:`STATE_KWARG`; without one this is plain SDPA."""
@@ -199,14 +223,16 @@ def restore_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     if st is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     layer = int(module.layer_idx)
     b, h, q, d = query.shape
     k = key.shape[2]
     scale = scaling if scaling is not None else 1.0 / math.sqrt(d)
-    need_probs = st.phase == "prefill" and (st.record is not None or any(
-        lay - 1 == layer for lay, _ in st.stages))
+    need_probs = st.phase == "prefill" and (
+        st.record is not None or any(lay - 1 == layer for lay, _ in st.stages)
+    )
     if need_probs:
         kr = _repeat_kv(key, h // key.shape[1])
         bias = st.bias(layer, q, k, query.dtype, query.device)
@@ -223,15 +249,26 @@ def restore_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     if st.backend == "flex":
         from torch.nn.attention.flex_attention import flex_attention
 
-        out = flex_attention(query, key, value, score_mod=st.score_mod(layer, q, k, query.dtype, query.device),
-                             scale=scale, enable_gqa=key.shape[1] != h)
+        out = flex_attention(
+            query,
+            key,
+            value,
+            score_mod=st.score_mod(layer, q, k, query.dtype, query.device),
+            scale=scale,
+            enable_gqa=key.shape[1] != h,
+        )
         return out.transpose(1, 2).contiguous(), None
     key = _repeat_kv(key, h // key.shape[1])
     value = _repeat_kv(value, h // value.shape[1])
     bias = st.bias(layer, q, k, query.dtype, query.device)
     out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=bias.to(query.dtype), dropout_p=dropout if module.training else 0.0,
-        scale=scale)
+        query,
+        key,
+        value,
+        attn_mask=bias.to(query.dtype),
+        dropout_p=dropout if module.training else 0.0,
+        scale=scale,
+    )
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -59,9 +59,16 @@ def ablation(keep: int) -> dict[str, RestoreConfig]:
         for pos in ("reindexed", "retained"):
             for cal in (False, True):
                 name = f"{'merge' if merge else 'prune'}/{pos}/{'calib' if cal else 'nocalib'}"
-                out[name] = RestoreConfig(reducer="divprune", keep=keep, gamma=0.5 if merge else None,
-                                          positions=pos, calibrate=cal)
-    out["merge-uniform/retained/calib"] = RestoreConfig(reducer="divprune", keep=keep, anchors="uniform")
+                out[name] = RestoreConfig(
+                    reducer="divprune",
+                    keep=keep,
+                    gamma=0.5 if merge else None,
+                    positions=pos,
+                    calibrate=cal,
+                )
+    out["merge-uniform/retained/calib"] = RestoreConfig(
+        reducer="divprune", keep=keep, anchors="uniform"
+    )
     return out
 
 
@@ -84,11 +91,22 @@ def _model(ctx: RunContext, seed: int):
     from icml26.restore.vlm import tiny_llava
 
     if ctx.scale == "tiny":
-        m = tiny_llava(len(scenes.VOCAB), image_size=scenes.IMAGE, patch=4, vision_width=32, vision_layers=2,
-                       hidden=64, layers=2, image_token_id=scenes.IMAGE_ID, seed=seed)
+        m = tiny_llava(
+            len(scenes.VOCAB),
+            image_size=scenes.IMAGE,
+            patch=4,
+            vision_width=32,
+            vision_layers=2,
+            hidden=64,
+            layers=2,
+            image_token_id=scenes.IMAGE_ID,
+            seed=seed,
+        )
         return m, N_IMAGE_TOKENS, "random tiny LLaVA (untrained; plumbing only)", 0.0
     folder = ctx.options.get("model")
-    lm = str(ctx.options.get("lm", "tiny"))  # "smollm2": a frozen SmolLM2-135M LM (2.2-3 CPU-h per build)
+    lm = str(
+        ctx.options.get("lm", "tiny")
+    )  # "smollm2": a frozen SmolLM2-135M LM (2.2-3 CPU-h per build)
     t0 = time.time()
     model = load_tiny_llava(folder or model_dir(seed=seed, lm=lm))
     built = 0.0
@@ -96,12 +114,18 @@ def _model(ctx: RunContext, seed: int):
         if folder:
             from icml26.core.errors import UserError
 
-            raise UserError(f"--opt model={folder}: no restore-vocab.json there (not a scenes tiny LLaVA)")
-        ctx.progress.log(f"building the tiny LLaVA of build seed {seed} once (cached under the icml26 cache)")
+            raise UserError(
+                f"--opt model={folder}: no restore-vocab.json there (not a scenes tiny LLaVA)"
+            )
+        ctx.progress.log(
+            f"building the tiny LLaVA of build seed {seed} once (cached under the icml26 cache)"
+        )
         build_recipe(seed=seed, lm=lm, progress=ctx.progress)
         model = load_tiny_llava(model_dir(seed=seed, lm=lm))
         built = time.time() - t0
-    label = "tiny LLaVA: vision tower pre-trained on attribute labels, then projector + LM on scenes QA"
+    label = (
+        "tiny LLaVA: vision tower pre-trained on attribute labels, then projector + LM on scenes QA"
+    )
     if not folder:
         label += f" ({model_dir(seed=seed, lm=lm).name}; precision from the CPU dtype policy)"
     return model.to(ctx.device), N_IMAGE_TOKENS, label + ("" if built else " (cached)"), built
@@ -114,7 +138,9 @@ def run_full_vqa(ctx: RunContext) -> Result:
     from icml26.restore.vqa import eval_loaded, load_vqa_model, read_vqa_jsonl
 
     recs = read_vqa_jsonl(ctx.options["data"])[: int(ctx.options.get("questions", 10**9))]
-    model, proc = load_vqa_model(ctx.options["model"], ctx.device, parse_dtype(ctx.options.get("dtype", "float16")))
+    model, proc = load_vqa_model(
+        ctx.options["model"], ctx.device, parse_dtype(ctx.options.get("dtype", "float16"))
+    )
     keeps = [int(k) for k in ctx.options.get("keeps", "64,128,192").split(",")]
     full = eval_loaded(model, proc, recs, None)["correct"]
     rows = [{"system": "full", "keep": "all", "accuracy": float(full.mean()), "retention_%": 100.0}]
@@ -123,19 +149,36 @@ def run_full_vqa(ctx: RunContext) -> Result:
         for name in ("divprune", "divprune+restore", "visionzip", "visionzip+restore"):
             c = eval_loaded(model, proc, recs, systems(keep)[name])["correct"]
             res[(keep, name)] = c
-            rows.append({"system": name, "keep": keep, "accuracy": float(c.mean()),
-                         "retention_%": 100 * float(c.mean()) / max(float(full.mean()), 1e-9)})
+            rows.append(
+                {
+                    "system": name,
+                    "keep": keep,
+                    "accuracy": float(c.mean()),
+                    "retention_%": 100 * float(c.mean()) / max(float(full.mean()), 1e-9),
+                }
+            )
     k0 = keeps[0]
-    flat = [res[(k0, n)].astype(float) for b in ("divprune", "visionzip") for n in (f"{b}+restore", b)]
+    flat = [
+        res[(k0, n)].astype(float) for b in ("divprune", "visionzip") for n in (f"{b}+restore", b)
+    ]
     value = _ratio(*flat)
     from icml26.core import power
 
     why = "the user-data path (full scale, --opt data=) does not compute the power checks yet"
-    return Result(rows=rows, headline=Measure(
-        name=f"mean retention(base+RESTORE) / mean retention(base), keep {k0}", value=value, unit="x",
-        spread=bootstrap_ci(_ratio, *flat, seed=ctx.seed)), target=TARGET,
-        notes=[f"user model {ctx.options['model']}, data {ctx.options['data']}, {len(recs)} questions"],
-        power=[power.not_measured(k, why) for k in ("control", "floor", "degeneracy")])
+    return Result(
+        rows=rows,
+        headline=Measure(
+            name=f"mean retention(base+RESTORE) / mean retention(base), keep {k0}",
+            value=value,
+            unit="x",
+            spread=bootstrap_ci(_ratio, *flat, seed=ctx.seed),
+        ),
+        target=TARGET,
+        notes=[
+            f"user model {ctx.options['model']}, data {ctx.options['data']}, {len(recs)} questions"
+        ],
+        power=[power.not_measured(k, why) for k in ("control", "floor", "degeneracy")],
+    )
 
 
 def _ratio(*cols):  # mean retention with RESTORE / mean retention without (full cancels)
@@ -158,18 +201,31 @@ def _proxy(ctx: RunContext):
         from icml26.core.lm import byte_tokenizer
 
         tok = byte_tokenizer()
-        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                          num_attention_heads=2, num_key_value_heads=1, head_dim=64, rope_theta=1e5,
-                          max_position_embeddings=1024)
+        cfg = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=64,
+            rope_theta=1e5,
+            max_position_embeddings=1024,
+        )
         torch.manual_seed(ctx.seed)
-        lm, label, keeps = LlamaForCausalLM(cfg).eval(), "tiny random Llama (head_dim 64, base 1e5)", (64,)
+        lm, label, keeps = (
+            LlamaForCausalLM(cfg).eval(),
+            "tiny random Llama (head_dim 64, base 1e5)",
+            (64,),
+        )
     else:
         from icml26.core.lm import load_lm
 
         lm, tok = load_lm(dtype=torch.float32, device=ctx.device)
         label, keeps = "SmolLM2-135M", (64, 128)
-    rows, notes, _ = proxy_rows(lm, tok, n_blocks=n_blocks, keeps=keeps, seed=ctx.seed, label=label,
-                                progress=ctx.progress)
+    rows, notes, _ = proxy_rows(
+        lm, tok, n_blocks=n_blocks, keeps=keeps, seed=ctx.seed, label=label, progress=ctx.progress
+    )
     return rows, notes
 
 
@@ -187,7 +243,9 @@ def run(ctx: RunContext) -> Result:
     if gate_rule not in GATE_RULES:
         from icml26.core.errors import UserError
 
-        raise UserError(f"--opt gate_rule must be one of {', '.join(GATE_RULES)}; got {gate_rule!r}")
+        raise UserError(
+            f"--opt gate_rule must be one of {', '.join(GATE_RULES)}; got {gate_rule!r}"
+        )
     n_q = int(ctx.options.get("questions", ctx.pick(tiny=16, small=300, full=1000)))
     keeps = ctx.pick(tiny=[16], small=[16, 32, 48], full=[16, 32, 48])
     k0 = keeps[0]
@@ -205,7 +263,9 @@ def run(ctx: RunContext) -> Result:
     for seed in seeds:
         model, n_tok, labels[seed], b = _model(ctx, seed)
         built += b
-        ev[seed] = evaluate_build(model, images, qs, n_tok, jobs, progress=ctx.progress, record=record)
+        ev[seed] = evaluate_build(
+            model, images, qs, n_tok, jobs, progress=ctx.progress, record=record
+        )
         ev[seed]["majority"] = majority_answers(qs, seed=TRAIN_QA_SEED + seed)
         if first_model is None:
             first_model = model
@@ -216,50 +276,88 @@ def run(ctx: RunContext) -> Result:
     def cols(key):
         return [ev[s]["results"][key] for s in seeds]
 
-    rows = [{"system": f"build seed {s}", "keep": n_tok, "full accuracy": round(a, 4),
-             "gate": f"{'pass' if a >= gate else 'FAIL'} ({gate})",
-             **{f"{b} @{k0}": round(float(ev[s]['results'][(k0, b)].mean()), 4)
-                for b in ("divprune", "divprune+restore", "visionzip", "visionzip+restore")},
-             "model": labels[s]} for s, a in zip(seeds, full_accs, strict=True)]
+    rows = [
+        {
+            "system": f"build seed {s}",
+            "keep": n_tok,
+            "full accuracy": round(a, 4),
+            "gate": f"{'pass' if a >= gate else 'FAIL'} ({gate})",
+            **{
+                f"{b} @{k0}": round(float(ev[s]["results"][(k0, b)].mean()), 4)
+                for b in ("divprune", "divprune+restore", "visionzip", "visionzip+restore")
+            },
+            "model": labels[s],
+        }
+        for s, a in zip(seeds, full_accs, strict=True)
+    ]
     rows.append(arm_row("full", n_tok, fulls, fulls, seed=ctx.seed))
     for keep in keeps:
-        rows += [arm_row(name, keep, cols((keep, name)), fulls, seed=ctx.seed) for name in systems(keep)]
-    rows += [arm_row("ablation:" + name, k0, cols((k0, "ablation:" + name)), fulls, seed=ctx.seed)
-             for name in ablation(k0)]
+        rows += [
+            arm_row(name, keep, cols((keep, name)), fulls, seed=ctx.seed) for name in systems(keep)
+        ]
+    rows += [
+        arm_row("ablation:" + name, k0, cols((k0, "ablation:" + name)), fulls, seed=ctx.seed)
+        for name in ablation(k0)
+    ]
 
     per_base = {}
     for b in BASES:
         ci = ratio_ci(cols((k0, f"{b}+restore")), cols((k0, b)), seed=ctx.seed)
         per_base[b] = ci
-        per_build = [float(r.mean() / max(x.mean(), 1e-9)) for r, x in
-                     zip(cols((k0, f"{b}+restore")), cols((k0, b)), strict=True)]
-        rows.append({"system": f"per base: {b}+restore / {b}", "keep": k0, "accuracy ratio": round(ci.value, 4),
-                     "95% CI (builds, then questions)": f"[{ci.low:.4f}, {ci.high:.4f}]",
-                     "per build": [round(x, 3) for x in per_build]})
+        per_build = [
+            float(r.mean() / max(x.mean(), 1e-9))
+            for r, x in zip(cols((k0, f"{b}+restore")), cols((k0, b)), strict=True)
+        ]
+        rows.append(
+            {
+                "system": f"per base: {b}+restore / {b}",
+                "keep": k0,
+                "accuracy ratio": round(ci.value, 4),
+                "95% CI (builds, then questions)": f"[{ci.low:.4f}, {ci.high:.4f}]",
+                "per build": [round(x, 3) for x in per_build],
+            }
+        )
     for num, den, what in CONTRASTS:
         ci = ratio_ci(cols((k0, "ablation:" + num)), cols((k0, "ablation:" + den)), seed=ctx.seed)
-        rows.append({"system": f"Table 4 contrast: {num} / {den}", "keep": k0, "accuracy ratio": round(ci.value, 4),
-                     "95% CI (builds, then questions)": f"[{ci.low:.4f}, {ci.high:.4f}]", "paper": what})
+        rows.append(
+            {
+                "system": f"Table 4 contrast: {num} / {den}",
+                "keep": k0,
+                "accuracy ratio": round(ci.value, 4),
+                "95% CI (builds, then questions)": f"[{ci.low:.4f}, {ci.high:.4f}]",
+                "paper": what,
+            }
+        )
     worst = min(BASES, key=lambda b: per_base[b].value)
     checks, p_rows, p_notes = power_checks(ev, seeds, k0, seed=ctx.seed)
     rows += p_rows
-    mass = {name: np.mean([ev[s]["mass"][name] for s in seeds], axis=0) for name in ev[seeds[0]]["mass"]}
+    mass = {
+        name: np.mean([ev[s]["mass"][name] for s in seeds], axis=0) for name in ev[seeds[0]]["mass"]
+    }
     for name, m in mass.items():
-        rows.append({"system": f"attention mass / full: {name}", "keep": k0 if name != "full" else n_tok,
-                     "per_layer": [round(float(x), 3) for x in (m / np.maximum(mass["full"], 1e-9))],
-                     "over": f"mean of {len(seeds)} builds"})
+        rows.append(
+            {
+                "system": f"attention mass / full: {name}",
+                "keep": k0 if name != "full" else n_tok,
+                "per_layer": [round(float(x), 3) for x in (m / np.maximum(mass["full"], 1e-9))],
+                "over": f"mean of {len(seeds)} builds",
+            }
+        )
     p_rows, proxy_notes = _proxy(ctx)
     rows += p_rows
     mean_rows = [dict(r, accuracy=r["accuracy"]) for r in rows if "retention_%" in r]
-    figs = [plot_accuracy(mean_rows, float(np.mean(full_accs)), ctx.out_dir / "restore_accuracy.png"),
-            plot_mass(mass, ctx.out_dir / "restore_attention_mass.png"),
-            plot_anchors(first_model, images[qs[0].scene], k0, ctx.out_dir / "restore_anchors.png")]
+    figs = [
+        plot_accuracy(mean_rows, float(np.mean(full_accs)), ctx.out_dir / "restore_accuracy.png"),
+        plot_mass(mass, ctx.out_dir / "restore_attention_mass.png"),
+        plot_anchors(first_model, images[qs[0].scene], k0, ctx.out_dir / "restore_anchors.png"),
+    ]
     notes = [
         f"builds (training seeds) {seeds}; {n_tok} visual tokens per image; {len(qs)} held-out questions "
         f"(the same for every build); keeps {keeps}; evaluation {eval_s:.0f}s"
         + (f"; building {built:.0f}s" if built else ""),
         f"model: {labels[seeds[0]]}",
-        "per-build full-token accuracy " + ", ".join(f"seed {s}: {a:.3f}" for s, a in zip(seeds, full_accs, strict=True))
+        "per-build full-token accuracy "
+        + ", ".join(f"seed {s}: {a:.3f}" for s, a in zip(seeds, full_accs, strict=True))
         + f"; majority-answer baseline {scenes.chance(qs):.3f}",
         f"accuracy gate {gate} applied per build, rule {gate_rule!r} (median: the median build must pass; "
         "builds below are reported and stay in every statistic)",
@@ -273,25 +371,49 @@ def run(ctx: RunContext) -> Result:
         "RESTORE is not applied to them, as in the paper",
         "the LLaVA's language model is the 3-layer from-scratch Llama (head_dim 32, base 1e4), where "
         "RoPE decay is weak; the paper's mechanism is measured separately on SmolLM2 (mechanism rows)",
-        *proxy_notes, *p_notes,
+        *proxy_notes,
+        *p_notes,
     ]
     uninformative = gate_decision(full_accs, gate, gate_rule)
     if uninformative:
         notes.insert(0, "UNINFORMATIVE: " + uninformative)
     hl = per_base[worst]
-    return Result(rows=rows, headline=Measure(
-        name=f"accuracy(base+RESTORE) / accuracy(base), weaker of DivPrune and VisionZip-like ({worst}), "
-             f"keep {k0}/{n_tok}, {len(seeds)} builds",
-        value=hl.value, unit="x", spread=hl.spread, higher_is_better=True),
-        target=TARGET, notes=notes, figures=figs, uninformative=uninformative, power=checks)
+    return Result(
+        rows=rows,
+        headline=Measure(
+            name=f"accuracy(base+RESTORE) / accuracy(base), weaker of DivPrune and VisionZip-like ({worst}), "
+            f"keep {k0}/{n_tok}, {len(seeds)} builds",
+            value=hl.value,
+            unit="x",
+            spread=hl.spread,
+            higher_is_better=True,
+        ),
+        target=TARGET,
+        notes=notes,
+        figures=figs,
+        uninformative=uninformative,
+        power=checks,
+    )
 
 
 BASES = ("divprune", "visionzip")
 CONTRASTS = (  # the interactions Table 4 / Table 5 attribute the gain to (paper figures, HoloV @64)
-    ("merge/retained/calib", "merge/retained/nocalib", "calibration on merge + retained: 90.1 -> 96.5"),
+    (
+        "merge/retained/calib",
+        "merge/retained/nocalib",
+        "calibration on merge + retained: 90.1 -> 96.5",
+    ),
     ("merge/retained/calib", "merge/reindexed/nocalib", "all three vs merging only: 93.5 -> 96.5"),
-    ("merge/retained/calib", "merge-uniform/retained/calib", "distinctive vs uniform anchors (DivPrune): 94.9 -> 95.9"),
-    ("prune/retained/calib", "prune/reindexed/nocalib", "retained + calibration vs pruning only: 92.2 -> 93.1"),
+    (
+        "merge/retained/calib",
+        "merge-uniform/retained/calib",
+        "distinctive vs uniform anchors (DivPrune): 94.9 -> 95.9",
+    ),
+    (
+        "prune/retained/calib",
+        "prune/reindexed/nocalib",
+        "retained + calibration vs pruning only: 92.2 -> 93.1",
+    ),
 )
 MAJORITY = "majority answer per question type"
 TRAIN_QA_SEED = 1000  # build_recipe's seed + 1000: the training QA stream's scenes
@@ -322,7 +444,9 @@ def power_checks(ev: dict, seeds: list[int], k0: int, seed: int = 0):
     from icml26.restore.study.builds import ratio_ci
 
     fulls = [ev[s]["full"] for s in seeds]
-    maj = clustered_bootstrap([ev[s]["majority"].astype(float) for s in seeds], statistic="mean", seed=seed)
+    maj = clustered_bootstrap(
+        [ev[s]["majority"].astype(float) for s in seeds], statistic="mean", seed=seed
+    )
     checks, rows, notes, compared = [], [], [], {}
     for b in BASES:
         base = [ev[s]["results"][(k0, b)] for s in seeds]
@@ -330,22 +454,56 @@ def power_checks(ev: dict, seeds: list[int], k0: int, seed: int = 0):
         compared[b] = float(np.mean(np.concatenate(base)))
         compared[f"{b}+restore"] = float(np.mean(np.concatenate(rest)))
         loss = ratio_ci(fulls, base, seed=seed)
-        checks.append(power.control("full", loss.value, b, 1.0, spread=loss.spread,
-                                    metric=f"accuracy(full) / accuracy(x) at keep {k0}, clustered over builds",
-                                    name=f"positive control ({b})"))
-        changed = int(sum((ev[s]["answers"][(k0, b)] != ev[s]["answers"][(k0, f"{b}+restore")]).sum()
-                          for s in seeds))
+        checks.append(
+            power.control(
+                "full",
+                loss.value,
+                b,
+                1.0,
+                spread=loss.spread,
+                metric=f"accuracy(full) / accuracy(x) at keep {k0}, clustered over builds",
+                name=f"positive control ({b})",
+            )
+        )
+        changed = int(
+            sum(
+                (ev[s]["answers"][(k0, b)] != ev[s]["answers"][(k0, f"{b}+restore")]).sum()
+                for s in seeds
+            )
+        )
         total = sum(len(x) for x in base)
-        checks.append(power.degeneracy((f"{b}+restore", b), changed, total, what="answers",
-                                       name=f"degeneracy ({b})"))
-        rows.append({"system": f"control: full / {b}", "keep": k0, "accuracy ratio": round(loss.value, 4),
-                     "95% CI (builds, then questions)": f"[{loss.low:.4f}, {loss.high:.4f}]",
-                     "answers changed by RESTORE": changed, "of": total})
-        notes.append(f"{b} at keep {k0}: full / base {loss.value:.3f} [{loss.low:.3f}, {loss.high:.3f}]; "
-                     f"RESTORE changes {changed} of {total} answers")
-    checks.insert(len(BASES) * 2, power.floor(compared, MAJORITY, maj.value, floor_spread=maj.spread,
-                                              metric=f"accuracy at keep {k0}"))
-    rows.append({"system": MAJORITY, "keep": "-", "accuracy": round(maj.value, 4),
-                 "95% CI (builds, then questions)": f"[{maj.low:.4f}, {maj.high:.4f}]",
-                 "source": "most frequent answer per type in 500 training-stream scenes of each build"})
+        checks.append(
+            power.degeneracy(
+                (f"{b}+restore", b), changed, total, what="answers", name=f"degeneracy ({b})"
+            )
+        )
+        rows.append(
+            {
+                "system": f"control: full / {b}",
+                "keep": k0,
+                "accuracy ratio": round(loss.value, 4),
+                "95% CI (builds, then questions)": f"[{loss.low:.4f}, {loss.high:.4f}]",
+                "answers changed by RESTORE": changed,
+                "of": total,
+            }
+        )
+        notes.append(
+            f"{b} at keep {k0}: full / base {loss.value:.3f} [{loss.low:.3f}, {loss.high:.3f}]; "
+            f"RESTORE changes {changed} of {total} answers"
+        )
+    checks.insert(
+        len(BASES) * 2,
+        power.floor(
+            compared, MAJORITY, maj.value, floor_spread=maj.spread, metric=f"accuracy at keep {k0}"
+        ),
+    )
+    rows.append(
+        {
+            "system": MAJORITY,
+            "keep": "-",
+            "accuracy": round(maj.value, 4),
+            "95% CI (builds, then questions)": f"[{maj.low:.4f}, {maj.high:.4f}]",
+            "source": "most frequent answer per type in 500 training-stream scenes of each build",
+        }
+    )
     return checks, rows, notes

@@ -12,9 +12,16 @@ __all__ = ["score_questions", "run_system"]
 
 
 @torch.no_grad()
-def score_questions(model, images: np.ndarray, questions: list, n_image_tokens: int,
-                    batch_size: int = 32, progress=None, record: dict | None = None,
-                    answers: np.ndarray | None = None) -> np.ndarray:
+def score_questions(
+    model,
+    images: np.ndarray,
+    questions: list,
+    n_image_tokens: int,
+    batch_size: int = 32,
+    progress=None,
+    record: dict | None = None,
+    answers: np.ndarray | None = None,
+) -> np.ndarray:
     """Correct (bool array, one per question): argmax of the next-token logits after ``answer``
     over the question type's answer set. Questions are batched by prompt length (no padding).
     When the model is patched and ``record`` is a dict, per-layer text->visual attention mass
@@ -29,13 +36,21 @@ def score_questions(model, images: np.ndarray, questions: list, n_image_tokens: 
     by_len: dict[int, list[int]] = {}
     for i, q in enumerate(questions):
         by_len.setdefault(len(q.words), []).append(i)
-    chunks = [idx[s:s + batch_size] for idx in by_len.values() for s in range(0, len(idx), batch_size)]
+    chunks = [
+        idx[s : s + batch_size] for idx in by_len.values() for s in range(0, len(idx), batch_size)
+    ]
     it = progress.track(chunks, total=len(chunks), description="score") if progress else chunks
     for chunk in it:
-        ids = torch.tensor([scenes.encode(questions[i], n_image_tokens) for i in chunk], device=device)
+        ids = torch.tensor(
+            [scenes.encode(questions[i], n_image_tokens) for i in chunk], device=device
+        )
         px = scenes.pixel_values(images[[questions[i].scene for i in chunk]]).to(device, dtype)
-        logits = model(input_ids=ids, pixel_values=px, logits_to_keep=1, use_cache=False,
-                       **extra).logits[:, -1].float().cpu()
+        logits = (
+            model(input_ids=ids, pixel_values=px, logits_to_keep=1, use_cache=False, **extra)
+            .logits[:, -1]
+            .float()
+            .cpu()
+        )
         for row, i in enumerate(chunk):
             q = questions[i]
             cand = scenes.answer_ids(q.kind)
@@ -46,8 +61,18 @@ def score_questions(model, images: np.ndarray, questions: list, n_image_tokens: 
     return correct
 
 
-def run_system(model, cfg: RestoreConfig | None, images, questions, n_image_tokens, *,
-               batch_size=32, progress=None, record: bool = False, answers: np.ndarray | None = None):
+def run_system(
+    model,
+    cfg: RestoreConfig | None,
+    images,
+    questions,
+    n_image_tokens,
+    *,
+    batch_size=32,
+    progress=None,
+    record: bool = False,
+    answers: np.ndarray | None = None,
+):
     """Correct array (and per-layer mean text->visual attention mass when ``record``) for one
     system; ``cfg=None`` is the unpatched model. ``answers``: see :func:`score_questions`."""
     rec = {} if record else None
@@ -55,12 +80,14 @@ def run_system(model, cfg: RestoreConfig | None, images, questions, n_image_toke
         if record:
             cfg = RestoreConfig(reducer="none", calibrate=False)  # same numbers, instrumented path
         else:
-            return score_questions(model, images, questions, n_image_tokens, batch_size, progress,
-                                   answers=answers), None
+            return score_questions(
+                model, images, questions, n_image_tokens, batch_size, progress, answers=answers
+            ), None
     apply_restore(model, cfg)
     try:
-        correct = score_questions(model, images, questions, n_image_tokens, batch_size, progress, rec,
-                                  answers)
+        correct = score_questions(
+            model, images, questions, n_image_tokens, batch_size, progress, rec, answers
+        )
     finally:
         remove_restore(model)
     mass = None

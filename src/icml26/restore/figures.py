@@ -16,7 +16,12 @@ def plot_accuracy(rows: list[dict], acc_full: float, path: Path) -> Path:
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
     for ax, base in zip(axes, ("divprune", "visionzip", "tome"), strict=True):
-        for name, style in ((base, "o--"), (f"{base}+restore", "o-"), ("fastv", "x:"), ("pdrop", "s:")):
+        for name, style in (
+            (base, "o--"),
+            (f"{base}+restore", "o-"),
+            ("fastv", "x:"),
+            ("pdrop", "s:"),
+        ):
             pts = sorted((r["keep"], r["accuracy"]) for r in rows if r.get("system") == name)
             if pts:
                 ax.plot(*zip(*pts, strict=True), style, label=name)
@@ -58,7 +63,7 @@ def plot_anchors(model, image: np.ndarray, keep: int, path: Path) -> Path:
         red = restore_state(out).reductions[0]
     finally:
         remove_restore(model)
-    side = int(round(N_IMAGE_TOKENS ** 0.5))
+    side = int(round(N_IMAGE_TOKENS**0.5))
     cell = image.shape[0] / side
     fig, ax = plt.subplots(figsize=(5, 5))
     ax.imshow(image, extent=(0, image.shape[1], image.shape[0], 0))
@@ -68,16 +73,22 @@ def plot_anchors(model, image: np.ndarray, keep: int, path: Path) -> Path:
         members = torch.nonzero(red.groups == j).flatten().tolist()
         if red.sizes[j] == 1:
             r, c = divmod(members[0], side)
-            ax.add_patch(plt.Rectangle((c * cell, r * cell), cell, cell, fill=False, ec="white", lw=1.2))
+            ax.add_patch(
+                plt.Rectangle((c * cell, r * cell), cell, cell, fill=False, ec="white", lw=1.2)
+            )
             continue
         for i in members:
             r, c = divmod(i, side)
-            ax.add_patch(plt.Rectangle((c * cell, r * cell), cell, cell, color=cmap(j % 20), alpha=0.35))
+            ax.add_patch(
+                plt.Rectangle((c * cell, r * cell), cell, cell, color=cmap(j % 20), alpha=0.35)
+            )
         r, c = divmod(int(red.kept[j]), side)
         ax.plot(c * cell + cell / 2, r * cell + cell / 2, "*", color=cmap(j % 20), ms=9, mec="k")
         r, c = divmod(int(pos[j]), side)
         ax.plot(c * cell + cell / 2, r * cell + cell / 2, ".", color="k", ms=4)
-    ax.set_title(f"keep {keep}/{N_IMAGE_TOKENS}: boxes kept, colours merged groups (* anchor, . median)",
-                 fontsize=8)
+    ax.set_title(
+        f"keep {keep}/{N_IMAGE_TOKENS}: boxes kept, colours merged groups (* anchor, . median)",
+        fontsize=8,
+    )
     ax.axis("off")
     return save_figure(fig, path)

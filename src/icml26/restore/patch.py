@@ -104,29 +104,39 @@ class RestoreConfig:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {self.backend!r}")
         if self.backend == "flex" and not flex_available():
-            raise ValueError("backend='flex' needs torch.nn.attention.flex_attention (torch >= 2.5)")
+            raise ValueError(
+                "backend='flex' needs torch.nn.attention.flex_attention (torch >= 2.5)"
+            )
         if self.gamma is not None and not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1] (or None); got {self.gamma}")
         if not self.c > 1.0:
             raise ValueError(f"c must be > 1 (c - D(Δ) must stay positive); got {self.c}")
-        for name, val, ok in (("positions", self.positions, ("retained", "reindexed")),
-                              ("select_on", self.select_on, ("vision", "projected")),
-                              ("anchors", self.anchors, ("distinctive", "uniform")),
-                              ("merge_position", self.merge_position, MERGE_POSITIONS)):
+        for name, val, ok in (
+            ("positions", self.positions, ("retained", "reindexed")),
+            ("select_on", self.select_on, ("vision", "projected")),
+            ("anchors", self.anchors, ("distinctive", "uniform")),
+            ("merge_position", self.merge_position, MERGE_POSITIONS),
+        ):
             if val not in ok:
                 raise ValueError(f"{name} must be one of {ok}; got {val!r}")
         if isinstance(self.reducer, str):
             if self.reducer in IN_LLM and self.calibrate:
-                raise ValueError(f"reducer={self.reducer!r} is an in-LLM pruner; RESTORE calibrates "
-                                 "text-agnostic reducers only: pass calibrate=False")
+                raise ValueError(
+                    f"reducer={self.reducer!r} is an in-LLM pruner; RESTORE calibrates "
+                    "text-agnostic reducers only: pass calibrate=False"
+                )
             base = get_reducer(self.reducer) if self.reducer not in IN_LLM + ("none",) else None
             if base is not None and self.gamma is not None and not hasattr(base, "select"):
-                raise ValueError(f"reducer={self.reducer!r} has no pruning criterion for the hybrid "
-                                 "split; pass gamma=None (RESTORE on ToMe = positions + calibration)")
+                raise ValueError(
+                    f"reducer={self.reducer!r} has no pruning criterion for the hybrid "
+                    "split; pass gamma=None (RESTORE on ToMe = positions + calibration)"
+                )
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["reducer"] = self.reducer if isinstance(self.reducer, str) else type(self.reducer).__name__
+        d["reducer"] = (
+            self.reducer if isinstance(self.reducer, str) else type(self.reducer).__name__
+        )
         return d
 
     def keep_for(self, n_vis: int) -> int:
@@ -144,7 +154,9 @@ class RestoreConfig:
         base = get_reducer(self.reducer)
         if self.gamma is None:
             return base
-        return Hybrid(base, gamma=self.gamma, anchors=self.anchors, merge_position=self.merge_position)
+        return Hybrid(
+            base, gamma=self.gamma, anchors=self.anchors, merge_position=self.merge_position
+        )
 
 
 @dataclass(frozen=True)
@@ -189,9 +201,13 @@ def apply_restore(model, config: RestoreConfig):
     lm = inner.language_model
     impl = lm.config._attn_implementation
     if impl not in ("sdpa", "eager", ATTN_NAME, None):
-        raise ValueError(f"attention implementation {impl!r} is not supported (a float bias is "
-                         "needed); load the model with attn_implementation='sdpa' or 'eager'")
-    if getattr(lm.config, "rope_scaling", None) and "mrope_section" in (lm.config.rope_scaling or {}):
+        raise ValueError(
+            f"attention implementation {impl!r} is not supported (a float bias is "
+            "needed); load the model with attn_implementation='sdpa' or 'eager'"
+        )
+    if getattr(lm.config, "rope_scaling", None) and "mrope_section" in (
+        lm.config.rope_scaling or {}
+    ):
         raise ValueError("M-RoPE text models are not supported")
     head_dim, base = rope_params(lm.config)
     register()
@@ -200,10 +216,21 @@ def apply_restore(model, config: RestoreConfig):
     inner._icml26_restore = patch
     inner.forward = types.MethodType(_patched_forward, inner)
 
-    def get_image_features(pixel_values, vision_feature_layer=None, vision_feature_select_strategy=None,
-                           image_sizes=None, **kwargs):
-        return _patched_get_image_features(inner, pixel_values, vision_feature_layer,
-                                           vision_feature_select_strategy, image_sizes, **kwargs)
+    def get_image_features(
+        pixel_values,
+        vision_feature_layer=None,
+        vision_feature_select_strategy=None,
+        image_sizes=None,
+        **kwargs,
+    ):
+        return _patched_get_image_features(
+            inner,
+            pixel_values,
+            vision_feature_layer,
+            vision_feature_select_strategy,
+            image_sizes,
+            **kwargs,
+        )
 
     inner.get_image_features = get_image_features  # generate() encodes images through this
     model.forward = _outer_forward(model)  # declares restore_config / restore_record for generate()
@@ -217,8 +244,10 @@ def _outer_forward(model):
     cls_forward = type(model).forward
     sig = inspect.signature(cls_forward)
     params = list(sig.parameters.values())[1:]  # without self
-    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
-             for n in ("restore_config", "restore_record")]
+    extra = [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+        for n in ("restore_config", "restore_record")
+    ]
     tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
     head = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
 
@@ -277,18 +306,32 @@ def _cls_attention(mod, h) -> list:
     return list(a[:, :, 0, 1:].mean(1))
 
 
-def _patched_get_image_features(self, pixel_values, vision_feature_layer=None,
-                                vision_feature_select_strategy=None, image_sizes=None, **kwargs):
+def _patched_get_image_features(
+    self,
+    pixel_values,
+    vision_feature_layer=None,
+    vision_feature_select_strategy=None,
+    image_sizes=None,
+    **kwargs,
+):
     """The model's own ``get_image_features`` plus the CLS attention VisionZip needs (stored on
     the output as ``_icml26_cls``; ``None`` when unavailable)."""
     vfl = self.config.vision_feature_layer if vision_feature_layer is None else vision_feature_layer
-    vfss = (self.config.vision_feature_select_strategy if vision_feature_select_strategy is None
-            else vision_feature_select_strategy)
+    vfss = (
+        self.config.vision_feature_select_strategy
+        if vision_feature_select_strategy is None
+        else vision_feature_select_strategy
+    )
     handle, captured = _cls_hook(self, vfl)
     try:
-        out = type(self).get_image_features(self, pixel_values=pixel_values, vision_feature_layer=vfl,
-                                            vision_feature_select_strategy=vfss, image_sizes=image_sizes,
-                                            **kwargs)
+        out = type(self).get_image_features(
+            self,
+            pixel_values=pixel_values,
+            vision_feature_layer=vfl,
+            vision_feature_select_strategy=vfss,
+            image_sizes=image_sizes,
+            **kwargs,
+        )
     finally:
         if handle is not None:
             handle.remove()
@@ -306,8 +349,11 @@ def _vision_inputs(inner, image_outputs):
     CLS attention (list or None) for LLaVA-1.5; LLaVA-NeXT gives projected features only."""
     is_next = hasattr(inner, "image_newline")
     proj = list(image_outputs.pooler_output)
-    vfl, vfss = getattr(image_outputs, "_icml26_layer", (inner.config.vision_feature_layer,
-                                                         inner.config.vision_feature_select_strategy))
+    vfl, vfss = getattr(
+        image_outputs,
+        "_icml26_layer",
+        (inner.config.vision_feature_layer, inner.config.vision_feature_select_strategy),
+    )
     vis = None
     hs = getattr(image_outputs, "hidden_states", None)
     if not is_next and isinstance(vfl, int) and hs is not None:
@@ -315,7 +361,9 @@ def _vision_inputs(inner, image_outputs):
     return proj, vis, getattr(image_outputs, "_icml26_cls", None), is_next
 
 
-def _reduce_image(cfg: RestoreConfig, reducer, proj, vis, cls, newline) -> tuple[Reduction | None, int]:
+def _reduce_image(
+    cfg: RestoreConfig, reducer, proj, vis, cls, newline
+) -> tuple[Reduction | None, int]:
     """Reduction of one image's M tokens (None: keep all); returns (reduction, N_vis)."""
     m = proj.shape[0]
     if cfg.reducer == "none" or (isinstance(cfg.reducer, str) and cfg.reducer in IN_LLM):
@@ -329,7 +377,9 @@ def _reduce_image(cfg: RestoreConfig, reducer, proj, vis, cls, newline) -> tuple
         idx = torch.nonzero(~newline).flatten()
         n_nl = int(newline.sum())
         if keep <= n_nl:
-            raise ValueError(f"keep={keep} leaves no budget after this image's {n_nl} newline tokens")
+            raise ValueError(
+                f"keep={keep} leaves no budget after this image's {n_nl} newline tokens"
+            )
         sub = reducer.reduce(feats[idx], keep - n_nl, None)
         groups = torch.full((m,), -1, dtype=torch.long)
         groups[idx] = sub.groups
@@ -339,10 +389,22 @@ def _reduce_image(cfg: RestoreConfig, reducer, proj, vis, cls, newline) -> tuple
     return reducer.reduce(feats, keep, cls), m
 
 
-def _patched_forward(self, input_ids=None, pixel_values=None, attention_mask=None, position_ids=None,
-                     cache=None, inputs_embeds=None, vision_feature_layer=None,
-                     vision_feature_select_strategy=None, image_sizes=None, mm_encoder_outputs=None,
-                     restore_config=None, restore_record=None, **kwargs):
+def _patched_forward(
+    self,
+    input_ids=None,
+    pixel_values=None,
+    attention_mask=None,
+    position_ids=None,
+    cache=None,
+    inputs_embeds=None,
+    vision_feature_layer=None,
+    vision_feature_select_strategy=None,
+    image_sizes=None,
+    mm_encoder_outputs=None,
+    restore_config=None,
+    restore_record=None,
+    **kwargs,
+):
     patch: _Patch = self._icml26_restore
     kwargs.pop(STATE_KWARG, None)
     cfg = patch.config if restore_config is None else restore_config
@@ -355,40 +417,78 @@ def _patched_forward(self, input_ids=None, pixel_values=None, attention_mask=Non
         if image_outputs is not None:
             raise ValueError("pass pixel_values or mm_encoder_outputs, not both")
         image_outputs = self.get_image_features(
-            pixel_values=pixel_values, vision_feature_layer=vision_feature_layer,
-            vision_feature_select_strategy=vision_feature_select_strategy, image_sizes=image_sizes)
+            pixel_values=pixel_values,
+            vision_feature_layer=vision_feature_layer,
+            vision_feature_select_strategy=vision_feature_select_strategy,
+            image_sizes=image_sizes,
+        )
     if image_outputs is None:
         st: RestoreState | None = getattr(cache, CACHE_ATTR, None) if cache is not None else None
         if st is not None and past > 0:  # decode after this request's reduced prefill
             if inputs_embeds is None:
                 inputs_embeds = self.get_input_embeddings()(input_ids)
             q = inputs_embeds.shape[1]
-            pos = st.next_pos[:, None].to(inputs_embeds.device) + (past - st.prefill_len) + \
-                torch.arange(q, device=inputs_embeds.device)[None]
+            pos = (
+                st.next_pos[:, None].to(inputs_embeds.device)
+                + (past - st.prefill_len)
+                + torch.arange(q, device=inputs_embeds.device)[None]
+            )
             st.phase = "decode"
             st.record = None
-            out = self.language_model(inputs_embeds=inputs_embeds, attention_mask=None,
-                                      position_ids=pos, cache=cache, **{STATE_KWARG: st}, **kwargs)
+            out = self.language_model(
+                inputs_embeds=inputs_embeds,
+                attention_mask=None,
+                position_ids=pos,
+                cache=cache,
+                **{STATE_KWARG: st},
+                **kwargs,
+            )
             return _output(self, out)
-        return orig(self, input_ids=input_ids, pixel_values=None, attention_mask=attention_mask,
-                    position_ids=position_ids, cache=cache, inputs_embeds=inputs_embeds, **kwargs)
+        return orig(
+            self,
+            input_ids=input_ids,
+            pixel_values=None,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
     if past > 0:
         raise ValueError("RESTORE prefill must start from an empty cache (no cached prefix)")
     if input_ids is None:
         raise ValueError("the RESTORE patch needs input_ids (to find the image placeholders)")
-    st = RestoreState(config=cfg, head_dim=patch.head_dim, base=patch.base,
-                      backend=cfg.resolved_backend(input_ids.device), record=restore_record)
-    embeds, mask, pos, vis_mask, logs, logs0 = _build_prefill(self, st, input_ids, image_outputs,
-                                                              attention_mask)
-    st.log_size, st.log_size0, st.pos, st.valid, st.visual = logs, logs0, pos.cpu(), mask.cpu(), vis_mask
+    st = RestoreState(
+        config=cfg,
+        head_dim=patch.head_dim,
+        base=patch.base,
+        backend=cfg.resolved_backend(input_ids.device),
+        record=restore_record,
+    )
+    embeds, mask, pos, vis_mask, logs, logs0 = _build_prefill(
+        self, st, input_ids, image_outputs, attention_mask
+    )
+    st.log_size, st.log_size0, st.pos, st.valid, st.visual = (
+        logs,
+        logs0,
+        pos.cpu(),
+        mask.cpu(),
+        vis_mask,
+    )
     st.prefill_len = embeds.shape[1]
     st.next_pos = pos.max(dim=1).values.cpu() + 1
     after_last = torch.cumsum(vis_mask.flip(1).long(), 1).flip(1) == 0
     st.text_query = after_last & mask.cpu()
     n_vis = int(vis_mask.sum(1).max())  # in-LLM pruners: visual tokens per row (none reduced yet)
     st.stages = _in_llm_stages(cfg, self.language_model.config.num_hidden_layers, n_vis)
-    out = self.language_model(inputs_embeds=embeds, attention_mask=None, position_ids=pos,
-                              cache=cache, **{STATE_KWARG: st}, **kwargs)
+    out = self.language_model(
+        inputs_embeds=embeds,
+        attention_mask=None,
+        position_ids=pos,
+        cache=cache,
+        **{STATE_KWARG: st},
+        **kwargs,
+    )
     st.dist = None
     st.record = None
     if out.cache is not None:
@@ -402,8 +502,13 @@ def _output(inner, out):
 
     mod = sys.modules[type(inner).__module__]
     cls = next(getattr(mod, n) for n in dir(mod) if n.endswith("ModelOutputWithPast"))
-    return cls(last_hidden_state=out.last_hidden_state, cache=out.cache,
-               hidden_states=out.hidden_states, attentions=out.attentions, image_outputs=None)
+    return cls(
+        last_hidden_state=out.last_hidden_state,
+        cache=out.cache,
+        hidden_states=out.hidden_states,
+        attentions=out.attentions,
+        image_outputs=None,
+    )
 
 
 def _in_llm_stages(cfg: RestoreConfig, n_layers: int, n_vis: int) -> list:
@@ -429,15 +534,27 @@ def _build_prefill(inner, st, input_ids, image_outputs, attention_mask):
     n_img_tokens = int(is_img.sum())
     n_feat = sum(p.shape[0] for p in proj)
     if n_img_tokens == 0:
-        raise ValueError(f"input_ids hold no image token (image_token_id={image_id}) although "
-                         f"{len(proj)} image(s) were given: no visual tokens to reduce")
+        raise ValueError(
+            f"input_ids hold no image token (image_token_id={image_id}) although "
+            f"{len(proj)} image(s) were given: no visual tokens to reduce"
+        )
     if n_img_tokens != n_feat:
-        raise ValueError(f"image placeholders and image features do not match: {n_img_tokens} "
-                         f"placeholder tokens, {n_feat} features")
-    reducer = cfg.build_reducer() if not (isinstance(cfg.reducer, str) and cfg.reducer in IN_LLM + ("none",)) else None
+        raise ValueError(
+            f"image placeholders and image features do not match: {n_img_tokens} "
+            f"placeholder tokens, {n_feat} features"
+        )
+    reducer = (
+        cfg.build_reducer()
+        if not (isinstance(cfg.reducer, str) and cfg.reducer in IN_LLM + ("none",))
+        else None
+    )
     st.reductions = []
     b, length = input_ids.shape
-    am = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+    am = (
+        attention_mask.bool()
+        if attention_mask is not None
+        else torch.ones_like(input_ids, dtype=torch.bool)
+    )
     orig_pos = (torch.cumsum(am.long(), 1) - 1).clamp(min=0)
     rows = []
     img_k = 0
@@ -446,7 +563,7 @@ def _build_prefill(inner, st, input_ids, image_outputs, attention_mask):
         t = 0
         while t < length:
             if not is_img[r, t]:
-                emb.append(text[r, t:t + 1])
+                emb.append(text[r, t : t + 1])
                 pos.append(int(orig_pos[r, t]))
                 vm.append(False)
                 ls.append(0.0)
@@ -456,13 +573,16 @@ def _build_prefill(inner, st, input_ids, image_outputs, attention_mask):
                 continue
             feats = proj[img_k]
             m = feats.shape[0]
-            if not bool(is_img[r, t:t + m].all()):
-                raise ValueError(f"image {img_k}: expected {m} consecutive placeholder tokens in row {r}")
+            if not bool(is_img[r, t : t + m].all()):
+                raise ValueError(
+                    f"image {img_k}: expected {m} consecutive placeholder tokens in row {r}"
+                )
             nl = None
             if newline_vec is not None:
                 nl = (feats == newline_vec.to(feats)).all(-1).cpu()
-            red, n_vis = _reduce_image(cfg, reducer, feats, vis[img_k] if vis else None,
-                                       cls[img_k] if cls else None, nl)
+            red, n_vis = _reduce_image(
+                cfg, reducer, feats, vis[img_k] if vis else None, cls[img_k] if cls else None, nl
+            )
             st.reductions.append(red)
             if red is None:
                 x, rel, sizes = feats, torch.arange(m), torch.ones(m)
@@ -487,7 +607,10 @@ def _build_prefill(inner, st, input_ids, image_outputs, attention_mask):
     out_e = torch.zeros(b, width, text.shape[-1], dtype=text.dtype, device=dev)
     out_p = torch.zeros(b, width, dtype=torch.long)
     out_v, out_vm = torch.zeros(b, width, dtype=torch.bool), torch.zeros(b, width, dtype=torch.bool)
-    out_l, out_l0 = torch.zeros(b, width, dtype=torch.float64), torch.zeros(b, width, dtype=torch.float64)
+    out_l, out_l0 = (
+        torch.zeros(b, width, dtype=torch.float64),
+        torch.zeros(b, width, dtype=torch.float64),
+    )
     for r, (e, p, vm, ls, ls0, val) in enumerate(rows):
         off = width - e.shape[0]  # left padding
         out_e[r, off:] = e

@@ -41,7 +41,9 @@ MERGE_POSITIONS = ("lower", "upper", "first", "last", "mean")
 def check_keep(keep: int, n: int) -> None:
     """``ValueError`` unless ``1 <= keep < n`` (a reducer that keeps everything is no reducer)."""
     if int(keep) != keep or keep < 1 or keep >= n:
-        raise ValueError(f"keep must be an integer in [1, {n - 1}] for {n} visual tokens; got {keep}")
+        raise ValueError(
+            f"keep must be an integer in [1, {n - 1}] for {n} visual tokens; got {keep}"
+        )
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,9 @@ class Reduction:
         return int(self.sizes.numel())
 
     @staticmethod
-    def from_groups(groups: torch.Tensor, rep: torch.Tensor | None = None,
-                    merge_position: str = "lower") -> Reduction:
+    def from_groups(
+        groups: torch.Tensor, rep: torch.Tensor | None = None, merge_position: str = "lower"
+    ) -> Reduction:
         """Relabel arbitrary slot ids in ``groups`` (``-1`` = pruned) so that outputs are sorted by
         their merged position; ``rep`` maps old slot id -> representative index (default: the
         merged position)."""
@@ -90,8 +93,12 @@ class Reduction:
         """Original index of each output token (LongTensor (n,)): a kept token's own index, a
         merged token's group median (``lower`` median for even groups by default)."""
         return torch.tensor(
-            [_merged_position(torch.nonzero(self.groups == j).flatten(), merge_position)
-             for j in range(self.n)], dtype=torch.long)
+            [
+                _merged_position(torch.nonzero(self.groups == j).flatten(), merge_position)
+                for j in range(self.n)
+            ],
+            dtype=torch.long,
+        )
 
     def merge(self, x: torch.Tensor) -> torch.Tensor:
         """Mean of each group's rows of ``x`` (N, d) -> (n, d), in ``x``'s dtype (summed in float32
@@ -125,7 +132,9 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
-def assign_to_anchors(x: torch.Tensor, anchors: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+def assign_to_anchors(
+    x: torch.Tensor, anchors: torch.Tensor, members: torch.Tensor
+) -> torch.Tensor:
     """Slot (index into ``anchors``) of each row in ``members``: the most cosine-similar anchor
     (an anchor is assigned to itself). ``x`` (N, d); returns LongTensor (len(members),)."""
     xs = _unit(x)
@@ -143,7 +152,9 @@ class DivPrune:
 
     name = "divprune"
 
-    def select(self, feats: torch.Tensor, k: int, cls_attn: torch.Tensor | None = None) -> torch.Tensor:
+    def select(
+        self, feats: torch.Tensor, k: int, cls_attn: torch.Tensor | None = None
+    ) -> torch.Tensor:
         n = feats.shape[0]
         xs = _unit(feats)
         dist = 1.0 - xs @ xs.T  # (N, N)
@@ -159,7 +170,9 @@ class DivPrune:
             mind[torch.tensor(chosen)] = -1e9
         return torch.tensor(sorted(chosen), dtype=torch.long)
 
-    def reduce(self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None) -> Reduction:
+    def reduce(
+        self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None
+    ) -> Reduction:
         check_keep(keep, feats.shape[0])
         return _prune(self.select(feats, keep, cls_attn), feats.shape[0])
 
@@ -182,12 +195,18 @@ class VisionZipLike:
             raise ValueError(f"dominant must be in (0, 1]; got {dominant}")
         self.dominant = dominant
 
-    def select(self, feats: torch.Tensor, k: int, cls_attn: torch.Tensor | None = None) -> torch.Tensor:
+    def select(
+        self, feats: torch.Tensor, k: int, cls_attn: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if cls_attn is None:
-            raise ValueError("VisionZipLike needs cls_attn, the CLS token's attention (N,) over patches")
+            raise ValueError(
+                "VisionZipLike needs cls_attn, the CLS token's attention (N,) over patches"
+            )
         return torch.sort(torch.topk(cls_attn.float().cpu(), k).indices).values
 
-    def reduce(self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None) -> Reduction:
+    def reduce(
+        self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None
+    ) -> Reduction:
         n = feats.shape[0]
         check_keep(keep, n)
         n_dom = max(1, min(keep, round(keep * self.dominant)))
@@ -212,7 +231,9 @@ class ToMe:
 
     name = "tome"
 
-    def reduce(self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None) -> Reduction:
+    def reduce(
+        self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None
+    ) -> Reduction:
         n = feats.shape[0]
         check_keep(keep, n)
         x = feats.detach().double().cpu()
@@ -253,11 +274,15 @@ class UniformAnchors:
 
     name = "uniform"
 
-    def select(self, feats: torch.Tensor, k: int, cls_attn: torch.Tensor | None = None) -> torch.Tensor:
+    def select(
+        self, feats: torch.Tensor, k: int, cls_attn: torch.Tensor | None = None
+    ) -> torch.Tensor:
         n = feats.shape[0]
         return (torch.arange(k) * (n / k)).long()
 
-    def reduce(self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None) -> Reduction:
+    def reduce(
+        self, feats: torch.Tensor, keep: int, cls_attn: torch.Tensor | None = None
+    ) -> Reduction:
         n = feats.shape[0]
         check_keep(keep, n)
         anchors = self.select(feats, keep)
@@ -265,7 +290,12 @@ class UniformAnchors:
         return Reduction.from_groups(slot, rep=anchors)
 
 
-_REDUCERS = {"divprune": DivPrune, "visionzip": VisionZipLike, "tome": ToMe, "uniform": UniformAnchors}
+_REDUCERS = {
+    "divprune": DivPrune,
+    "visionzip": VisionZipLike,
+    "tome": ToMe,
+    "uniform": UniformAnchors,
+}
 
 
 def get_reducer(name_or_obj):
@@ -278,4 +308,5 @@ def get_reducer(name_or_obj):
     except KeyError:
         raise ValueError(
             f"unknown reducer {name_or_obj!r}; use one of {', '.join(_REDUCERS)} "
-            "(in-LLM pruners: RestoreConfig(reducer='fastv'|'pdrop'))") from None
+            "(in-LLM pruners: RestoreConfig(reducer='fastv'|'pdrop'))"
+        ) from None

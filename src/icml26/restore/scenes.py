@@ -20,20 +20,42 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["COLORS", "SHAPES", "VOCAB", "Question", "make_scene", "make_dataset", "encode", "answer_ids"]
+__all__ = [
+    "COLORS",
+    "SHAPES",
+    "VOCAB",
+    "Question",
+    "make_scene",
+    "make_dataset",
+    "encode",
+    "answer_ids",
+]
 
-COLORS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 240),
-          "yellow": (235, 220, 40), "magenta": (220, 50, 220), "cyan": (40, 220, 230)}
+COLORS = {
+    "red": (230, 40, 40),
+    "green": (40, 200, 60),
+    "blue": (50, 80, 240),
+    "yellow": (235, 220, 40),
+    "magenta": (220, 50, 220),
+    "cyan": (40, 220, 230),
+}
 SHAPES = ("square", "circle", "triangle", "cross")
 ROWS, COLS = ("top", "middle", "bottom"), ("left", "center", "right")
 COUNTS = ("0", "1", "2", "3")
 DIGITS = tuple(str(i) for i in range(10))
 SPECIAL = ("<pad>", "<bos>", "?", "answer", "color", "shape", "count", "cell", "digit", "empty")
-VOCAB = list(dict.fromkeys(SPECIAL + tuple(COLORS) + SHAPES + ROWS + COLS + COUNTS + DIGITS)) + ["<image>"]
+VOCAB = list(dict.fromkeys(SPECIAL + tuple(COLORS) + SHAPES + ROWS + COLS + COUNTS + DIGITS)) + [
+    "<image>"
+]
 WORD = {w: i for i, w in enumerate(VOCAB)}
 IMAGE_ID = WORD["<image>"]
-ANSWER_SETS = {"color": tuple(COLORS), "shape": SHAPES, "count": COUNTS,
-               "cell": tuple(COLORS) + ("empty",), "digit": DIGITS}
+ANSWER_SETS = {
+    "color": tuple(COLORS),
+    "shape": SHAPES,
+    "count": COUNTS,
+    "cell": tuple(COLORS) + ("empty",),
+    "digit": DIGITS,
+}
 IMAGE = 48
 CELL = IMAGE // 3
 
@@ -56,11 +78,13 @@ def _draw(img: np.ndarray, r: int, c: int, shape: str, rgb, rng) -> None:
     if shape == "square":
         m = (np.abs(dy) <= h * 0.8) & (np.abs(dx) <= h * 0.8)
     elif shape == "circle":
-        m = dy ** 2 + dx ** 2 <= h ** 2
+        m = dy**2 + dx**2 <= h**2
     elif shape == "triangle":
         m = (dy <= h * 0.8) & (dy >= -h) & (np.abs(dx) <= (dy + h) / 2)
     else:
-        m = ((np.abs(dy) <= h) & (np.abs(dx) <= h / 3)) | ((np.abs(dx) <= h) & (np.abs(dy) <= h / 3))
+        m = ((np.abs(dy) <= h) & (np.abs(dx) <= h / 3)) | (
+            (np.abs(dx) <= h) & (np.abs(dy) <= h / 3)
+        )
     img[m] = rgb
 
 
@@ -100,8 +124,10 @@ def make_scene(rng: np.random.Generator, digits=None) -> tuple[np.ndarray, dict]
         d = _digit_mask(digit)
         y0 = r * CELL + 1 + int(rng.integers(0, 2))
         x0 = c * CELL + 2 + int(rng.integers(0, 4))
-        patch = img[y0:y0 + 14, x0:x0 + 10].astype(float)
-        img[y0:y0 + 14, x0:x0 + 10] = (patch * (1 - d[..., None]) + 250 * d[..., None]).astype(np.uint8)
+        patch = img[y0 : y0 + 14, x0 : x0 + 10].astype(float)
+        img[y0 : y0 + 14, x0 : x0 + 10] = (patch * (1 - d[..., None]) + 250 * d[..., None]).astype(
+            np.uint8
+        )
         layout[(r, c)] = ("digit", digit)
     return img, layout
 
@@ -117,21 +143,36 @@ def _questions(scene: int, layout: dict, rng, dense: bool = False) -> list[Quest
     for co in dict.fromkeys(colors):
         if colors.count(co) == 1:
             qs.append(Question(scene, "shape", ("shape", co), shapes[colors.index(co)]))
-    for co in (COLORS if dense else [list(COLORS)[rng.integers(6)]]):
+    for co in COLORS if dense else [list(COLORS)[rng.integers(6)]]:
         qs.append(Question(scene, "count", ("count", co), str(min(3, colors.count(co)))))
-    cells = [divmod(k, 3) for k in range(9)] if dense else [(int(rng.integers(3)), int(rng.integers(3)))]
+    cells = (
+        [divmod(k, 3) for k in range(9)]
+        if dense
+        else [(int(rng.integers(3)), int(rng.integers(3)))]
+    )
     for r, c in cells:
         v = layout.get((r, c))
-        qs.append(Question(scene, "cell", ("cell", ROWS[r], COLS[c]),
-                           "empty" if v is None or v[0] == "digit" else v[1]))
+        qs.append(
+            Question(
+                scene,
+                "cell",
+                ("cell", ROWS[r], COLS[c]),
+                "empty" if v is None or v[0] == "digit" else v[1],
+            )
+        )
     for v in layout.values():
         if v[0] == "digit":
             qs.append(Question(scene, "digit", ("digit",), v[1]))
     return qs
 
 
-def make_dataset(n_scenes: int, seed: int, per_scene: int | None = None, dense: bool = False,
-                 return_layouts: bool = False):
+def make_dataset(
+    n_scenes: int,
+    seed: int,
+    per_scene: int | None = None,
+    dense: bool = False,
+    return_layouts: bool = False,
+):
     """``(images uint8 (S, 48, 48, 3), questions)``; ``per_scene`` caps questions per scene
     (chosen at random), ``None`` keeps all; ``dense`` asks every cell and every colour count
     (training supervision) instead of one random each. ``return_layouts`` appends the scenes'
@@ -212,8 +253,12 @@ def pixel_values(images: np.ndarray) -> torch.Tensor:
 
 def encode(q: Question, n_image_tokens: int) -> list[int]:
     """Prompt ids: ``<bos> <image>*N question ? answer`` (the answer is the next token)."""
-    return [WORD["<bos>"]] + [IMAGE_ID] * n_image_tokens + [WORD[w] for w in q.words] + [
-        WORD["?"], WORD["answer"]]
+    return (
+        [WORD["<bos>"]]
+        + [IMAGE_ID] * n_image_tokens
+        + [WORD[w] for w in q.words]
+        + [WORD["?"], WORD["answer"]]
+    )
 
 
 def answer_ids(kind: str) -> list[int]:

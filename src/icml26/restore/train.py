@@ -28,8 +28,18 @@ from icml26.core.io import atomic_write_json
 from icml26.restore import scenes
 from icml26.restore.vlm import tiny_llava
 
-__all__ = ["build_tiny_llava", "build_recipe", "smollm2_llava", "load_tiny_llava", "model_dir", "pretrain_vision", "train_qa",
-           "text_hidden", "vision_features", "N_IMAGE_TOKENS"]
+__all__ = [
+    "build_tiny_llava",
+    "build_recipe",
+    "smollm2_llava",
+    "load_tiny_llava",
+    "model_dir",
+    "pretrain_vision",
+    "train_qa",
+    "text_hidden",
+    "vision_features",
+    "N_IMAGE_TOKENS",
+]
 
 N_IMAGE_TOKENS = 144  # 48x48 / patch 4
 BUILD_VERSION = 3
@@ -62,7 +72,9 @@ def _train_step(loss, opt, sched, params, ema: float | None) -> float:
 LMS = ("tiny", "smollm2")
 
 
-def model_dir(root: Path | None = None, autocast: bool | None = None, seed: int = 0, lm: str = "tiny") -> Path:
+def model_dir(
+    root: Path | None = None, autocast: bool | None = None, seed: int = 0, lm: str = "tiny"
+) -> Path:
     """The cached build's folder, keyed by training precision and build seed.
 
     The name carries the precision (``bf16`` autocast or ``fp32``, from the dtype policy unless
@@ -93,9 +105,20 @@ def _balanced(qs: list, rng, per_kind: int = 3) -> list:
 
 
 def _new_model(seed, vision_width, vision_layers, hidden, layers):
-    model = tiny_llava(len(scenes.VOCAB), image_size=scenes.IMAGE, patch=4, vision_width=vision_width,
-                       vision_layers=vision_layers, hidden=hidden, layers=layers, heads=4, kv_heads=4,
-                       image_token_id=scenes.IMAGE_ID, seed=seed, max_len=512)
+    model = tiny_llava(
+        len(scenes.VOCAB),
+        image_size=scenes.IMAGE,
+        patch=4,
+        vision_width=vision_width,
+        vision_layers=vision_layers,
+        hidden=hidden,
+        layers=layers,
+        heads=4,
+        kv_heads=4,
+        image_token_id=scenes.IMAGE_ID,
+        seed=seed,
+        max_len=512,
+    )
     model.config.pad_token_id = scenes.WORD["<pad>"]
     return model
 
@@ -114,18 +137,29 @@ def smollm2_llava(seed: int = 0, vision_width: int = 64, vision_layers: int = 4)
     from icml26.restore.vlm import _configs
 
     smol, tok = load_lm(dtype=torch.float32)
-    vc, _ = _configs(len(scenes.VOCAB), scenes.IMAGE, 4, vision_width, vision_layers, 64, 1, 1, 1, 1e4, 512)
+    vc, _ = _configs(
+        len(scenes.VOCAB), scenes.IMAGE, 4, vision_width, vision_layers, 64, 1, 1, 1, 1e4, 512
+    )
     tc = copy.deepcopy(smol.config)
     tc.vocab_size, tc.tie_word_embeddings = len(scenes.VOCAB), True
     tc.bos_token_id = tc.eos_token_id = scenes.WORD["<bos>"]
     tc.pad_token_id = scenes.WORD["<pad>"]
-    cfg = LlavaConfig(vision_config=vc, text_config=tc, image_token_id=scenes.IMAGE_ID, vision_feature_layer=-2,
-                      vision_feature_select_strategy="default", projector_hidden_act="gelu")
+    cfg = LlavaConfig(
+        vision_config=vc,
+        text_config=tc,
+        image_token_id=scenes.IMAGE_ID,
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+        projector_hidden_act="gelu",
+    )
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(cfg)
-    body = {k.removeprefix("model."): v for k, v in smol.state_dict().items()
-            if k.startswith("model.") and "embed_tokens" not in k}
+    body = {
+        k.removeprefix("model."): v
+        for k, v in smol.state_dict().items()
+        if k.startswith("model.") and "embed_tokens" not in k
+    }
     missing, unexpected = model.model.language_model.load_state_dict(body, strict=False)
     assert not unexpected and missing == ["embed_tokens.weight"], (missing, unexpected)
     src = smol.get_input_embeddings().weight.detach()
@@ -143,8 +177,9 @@ def smollm2_llava(seed: int = 0, vision_width: int = 64, vision_layers: int = 4)
 
 def _one_cycle(params, steps, lr):
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    return opt, torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 4),
-                                                         pct_start=max(0.05, 2 / max(steps, 4)))
+    return opt, torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=lr, total_steps=max(steps, 4), pct_start=max(0.05, 2 / max(steps, 4))
+    )
 
 
 def _vision_hidden(model, px):
@@ -152,8 +187,19 @@ def _vision_hidden(model, px):
     return model.model.vision_tower(px, output_hidden_states=True).hidden_states[layer][:, 1:]
 
 
-def pretrain_vision(model, images, layouts, *, steps: int, batch: int = 32, lr: float = 2e-3, seed: int = 0,
-                    autocast: bool | None = None, tick=lambda n=1: None, log=print) -> list[float]:
+def pretrain_vision(
+    model,
+    images,
+    layouts,
+    *,
+    steps: int,
+    batch: int = 32,
+    lr: float = 2e-3,
+    seed: int = 0,
+    autocast: bool | None = None,
+    tick=lambda n=1: None,
+    log=print,
+) -> list[float]:
     """Stage 1: the CLIP tower learns per-token attribute labels. Linear heads on the selected
     layer (LLaVA's ``vision_feature_layer``, CLS dropped) predict, for every patch token, its
     grid cell's colour, shape, digit and cell index (:func:`scenes.token_targets`); sum of the
@@ -183,9 +229,13 @@ def pretrain_vision(model, images, layouts, *, steps: int, batch: int = 32, lr: 
             logits = head(out.hidden_states[layer][:, 1:]).float().split(sizes, dim=-1)
             cls_logits = cls_head(out.pooler_output).float()
         tg = targets[idx]
-        loss = sum(torch.nn.functional.cross_entropy(lg.reshape(-1, k), tg[..., j].reshape(-1))
-                   for j, (lg, k) in enumerate(zip(logits, sizes, strict=True)))
-        loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(cls_logits, cls_targets[idx])
+        loss = sum(
+            torch.nn.functional.cross_entropy(lg.reshape(-1, k), tg[..., j].reshape(-1))
+            for j, (lg, k) in enumerate(zip(logits, sizes, strict=True))
+        )
+        loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(
+            cls_logits, cls_targets[idx]
+        )
         ema = _train_step(loss, opt, sched, params, ema)
         curve.append(ema)
         tick(1)
@@ -198,8 +248,10 @@ def pretrain_vision(model, images, layouts, *, steps: int, batch: int = 32, lr: 
 @torch.no_grad()
 def vision_features(model, images, batch: int = 128) -> torch.Tensor:
     """The frozen tower's selected-layer patch features (S, N, width), in the model's dtype."""
-    out = [_vision_hidden(model, scenes.pixel_values(images[s:s + batch]))
-           for s in range(0, len(images), batch)]
+    out = [
+        _vision_hidden(model, scenes.pixel_values(images[s : s + batch]))
+        for s in range(0, len(images), batch)
+    ]
     return torch.cat(out)
 
 
@@ -241,17 +293,33 @@ def text_hidden(model, ids: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
     return lm(inputs_embeds=emb).last_hidden_state
 
 
-def train_qa(model, feats, by_scene, *, steps: int, batch: int = 16, lr: float = 2e-3, seed: int = 0,
-             layouts=None, caption_frac: float = 0.0, autocast: bool | None = None, tick=lambda n=1: None,
-             log=print, train_lm: bool = True) -> list[float]:
+def train_qa(
+    model,
+    feats,
+    by_scene,
+    *,
+    steps: int,
+    batch: int = 16,
+    lr: float = 2e-3,
+    seed: int = 0,
+    layouts=None,
+    caption_frac: float = 0.0,
+    autocast: bool | None = None,
+    tick=lambda n=1: None,
+    log=print,
+    train_lm: bool = True,
+) -> list[float]:
     """Stage 2 (LLaVA's recipe with the tower frozen): the projector and the language model learn
     the QA from cached tower features; loss = cross-entropy of every answer token. The image
     embeddings are inserted exactly where ``LlavaModel`` puts them. Returns the loss curve."""
     lm, proj = model.model.language_model, model.model.multi_modal_projector
-    params = list(proj.parameters()) + list(lm.parameters()) + [
-        p for p in model.lm_head.parameters() if all(p is not q for q in lm.parameters())]
+    params = (
+        list(proj.parameters())
+        + list(lm.parameters())
+        + [p for p in model.lm_head.parameters() if all(p is not q for q in lm.parameters())]
+    )
     if not train_lm:  # a frozen (pre-trained) language model: only the projector learns
-        for p in params[len(list(proj.parameters())):]:
+        for p in params[len(list(proj.parameters())) :]:
             p.requires_grad_(False)
         params = list(proj.parameters())
     opt, sched = _one_cycle(params, steps, lr)
@@ -276,11 +344,25 @@ def train_qa(model, feats, by_scene, *, steps: int, batch: int = 16, lr: float =
     return curve
 
 
-def build_tiny_llava(out: Path | None = None, *, vision_steps: int = VISION_STEPS, qa_steps: int = QA_STEPS,
-                     n_scenes: int = 4000, seed: int = 0, vision_width: int = 64, vision_layers: int = 4,
-                     hidden: int = 128, layers: int = 3, caption_frac: float = CAPTION_FRAC,
-                     qa_lr: float = 2e-3, autocast: bool | None = None, vision_from: Path | None = None,
-                     lm: str = "tiny", progress=None, log=print) -> Path:
+def build_tiny_llava(
+    out: Path | None = None,
+    *,
+    vision_steps: int = VISION_STEPS,
+    qa_steps: int = QA_STEPS,
+    n_scenes: int = 4000,
+    seed: int = 0,
+    vision_width: int = 64,
+    vision_layers: int = 4,
+    hidden: int = 128,
+    layers: int = 3,
+    caption_frac: float = CAPTION_FRAC,
+    qa_lr: float = 2e-3,
+    autocast: bool | None = None,
+    vision_from: Path | None = None,
+    lm: str = "tiny",
+    progress=None,
+    log=print,
+) -> Path:
     """Train and save the claim's model; returns its folder. Stage 1 pre-trains the vision tower
     on per-token attribute labels (:func:`pretrain_vision`), stage 2 freezes it and trains the
     projector and the language model on type-balanced scene QA plus a ``caption_frac`` share of
@@ -293,18 +375,34 @@ def build_tiny_llava(out: Path | None = None, *, vision_steps: int = VISION_STEP
     out = Path(out or model_dir(autocast=autocast, seed=seed, lm=lm))
     if lm not in LMS:
         raise ValueError(f"lm must be one of {LMS}; got {lm!r}")
-    model = (_new_model(seed, vision_width, vision_layers, hidden, layers) if lm == "tiny"
-             else smollm2_llava(seed, vision_width, vision_layers))
-    images, qs, layouts = scenes.make_dataset(n_scenes, seed=seed + 1000, dense=True, return_layouts=True)
+    model = (
+        _new_model(seed, vision_width, vision_layers, hidden, layers)
+        if lm == "tiny"
+        else smollm2_llava(seed, vision_width, vision_layers)
+    )
+    images, qs, layouts = scenes.make_dataset(
+        n_scenes, seed=seed + 1000, dense=True, return_layouts=True
+    )
     by_scene: dict[int, list] = {}
     for q in qs:
         by_scene.setdefault(q.scene, []).append(q)
-    tick = (progress.task("train tiny LLaVA", total=vision_steps + qa_steps) if progress is not None
-            else (lambda n=1: None))
+    tick = (
+        progress.task("train tiny LLaVA", total=vision_steps + qa_steps)
+        if progress is not None
+        else (lambda n=1: None)
+    )
     t0 = time.time()
     if vision_from is None:
-        v_curve = pretrain_vision(model, images, layouts, steps=vision_steps, seed=seed, autocast=autocast,
-                                  tick=tick, log=log)
+        v_curve = pretrain_vision(
+            model,
+            images,
+            layouts,
+            steps=vision_steps,
+            seed=seed,
+            autocast=autocast,
+            tick=tick,
+            log=log,
+        )
     else:
         from transformers import LlavaForConditionalGeneration
 
@@ -313,18 +411,42 @@ def build_tiny_llava(out: Path | None = None, *, vision_steps: int = VISION_STEP
         v_curve = json.loads((Path(vision_from) / "restore-vocab.json").read_text())["vision_loss"]
     t1 = time.time()
     feats = vision_features(model, images)
-    q_curve = train_qa(model, feats, by_scene, steps=qa_steps, lr=qa_lr, seed=seed, layouts=layouts,
-                       caption_frac=caption_frac, autocast=autocast, tick=tick, log=log,
-                       train_lm=lm == "tiny")
+    q_curve = train_qa(
+        model,
+        feats,
+        by_scene,
+        steps=qa_steps,
+        lr=qa_lr,
+        seed=seed,
+        layouts=layouts,
+        caption_frac=caption_frac,
+        autocast=autocast,
+        tick=tick,
+        log=log,
+        train_lm=lm == "tiny",
+    )
     t2 = time.time()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    atomic_write_json(out / "restore-vocab.json", {
-        "vocab": scenes.VOCAB, "lm": lm, "vision_steps": vision_steps, "qa_steps": qa_steps, "seed": seed,
-        "caption_frac": caption_frac, "qa_lr": qa_lr, "autocast_bf16": _autocast(autocast),
-        "vision_from": str(vision_from) if vision_from else None,
-        "vision_seconds": t1 - t0, "qa_seconds": t2 - t1, "train_seconds": t2 - t0,
-        "vision_loss": _every(v_curve, 25), "qa_loss": _every(q_curve, 25)})
+    atomic_write_json(
+        out / "restore-vocab.json",
+        {
+            "vocab": scenes.VOCAB,
+            "lm": lm,
+            "vision_steps": vision_steps,
+            "qa_steps": qa_steps,
+            "seed": seed,
+            "caption_frac": caption_frac,
+            "qa_lr": qa_lr,
+            "autocast_bf16": _autocast(autocast),
+            "vision_from": str(vision_from) if vision_from else None,
+            "vision_seconds": t1 - t0,
+            "qa_seconds": t2 - t1,
+            "train_seconds": t2 - t0,
+            "vision_loss": _every(v_curve, 25),
+            "qa_loss": _every(q_curve, 25),
+        },
+    )
     return out
 
 
@@ -333,10 +455,14 @@ def _every(curve: list[float], k: int) -> list[float]:
     return [round(v, 4) for v in curve[::k] + ([curve[-1]] if (len(curve) - 1) % k else [])]
 
 
-def build_recipe(out: Path | None = None, *, seed: int = 0, lm: str = "tiny", progress=None, log=print) -> Path:
+def build_recipe(
+    out: Path | None = None, *, seed: int = 0, lm: str = "tiny", progress=None, log=print
+) -> Path:
     """The claim's model with the default recipe and build ``seed`` (model init, training data
     and batch order all follow it), saved to ``out`` (default :func:`model_dir` of that seed)."""
-    return build_tiny_llava(out or model_dir(seed=seed, lm=lm), seed=seed, lm=lm, progress=progress, log=log)
+    return build_tiny_llava(
+        out or model_dir(seed=seed, lm=lm), seed=seed, lm=lm, progress=progress, log=log
+    )
 
 
 def load_tiny_llava(folder: Path | None = None, dtype=torch.float32, device="cpu"):
@@ -348,6 +474,10 @@ def load_tiny_llava(folder: Path | None = None, dtype=torch.float32, device="cpu
         return None
     vocab = json.loads((folder / "restore-vocab.json").read_text())["vocab"]
     if vocab != scenes.VOCAB:
-        raise ValueError(f"{folder}: vocabulary differs from this version's scenes.VOCAB; rebuild it")
-    model = LlavaForConditionalGeneration.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
+        raise ValueError(
+            f"{folder}: vocabulary differs from this version's scenes.VOCAB; rebuild it"
+        )
+    model = LlavaForConditionalGeneration.from_pretrained(
+        folder, dtype=dtype, attn_implementation="sdpa"
+    )
     return model.to(device).eval()

@@ -40,12 +40,16 @@ def read_vqa_jsonl(path: str | Path) -> list[dict]:
             raise UserError(f"{path}:{n}: not JSON ({exc.msg})") from None
         for key in ("image", "question", "answers"):
             if key not in rec:
-                raise UserError(f"{path}:{n}: missing field {key!r} (need image, question, answers)")
+                raise UserError(
+                    f"{path}:{n}: missing field {key!r} (need image, question, answers)"
+                )
         img = (path.parent / rec["image"]).resolve()
         if not img.is_file():
             raise UserError(f"{path}:{n}: image {rec['image']!r} not found (looked at {img})")
         answers = rec["answers"] if isinstance(rec["answers"], list) else [rec["answers"]]
-        out.append({"image": img, "question": str(rec["question"]), "answers": [str(a) for a in answers]})
+        out.append(
+            {"image": img, "question": str(rec["question"]), "answers": [str(a) for a in answers]}
+        )
     if not out:
         raise UserError(f"{path}: no records")
     return out
@@ -62,8 +66,16 @@ def write_scenes_jsonl(folder: str | Path, n_scenes: int = 50, seed: int = 123) 
     images, qs = scenes.make_dataset(n_scenes, seed=seed, per_scene=4)
     for i, img in enumerate(images):
         Image.fromarray(img).save(folder / f"scene{i:04d}.png")
-    lines = [json.dumps({"image": f"scene{q.scene:04d}.png", "question": " ".join(q.words),
-                         "answers": [q.answer]}) for q in qs]
+    lines = [
+        json.dumps(
+            {
+                "image": f"scene{q.scene:04d}.png",
+                "question": " ".join(q.words),
+                "answers": [q.answer],
+            }
+        )
+        for q in qs
+    ]
     from icml26.core.io import atomic_write_text
 
     return atomic_write_text(folder / "vqa.jsonl", "\n".join(lines) + "\n")
@@ -85,7 +97,9 @@ def load_vqa_model(model_path: str | Path, device="cpu", dtype=torch.float32):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     try:
-        model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
+        model = AutoModelForImageTextToText.from_pretrained(
+            folder, dtype=dtype, attn_implementation="sdpa"
+        )
         proc = AutoProcessor.from_pretrained(folder)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot load a LLaVA model + processor from {folder}: {exc}") from exc
@@ -93,7 +107,9 @@ def load_vqa_model(model_path: str | Path, device="cpu", dtype=torch.float32):
 
 
 @torch.no_grad()
-def eval_loaded(model, proc, recs: list[dict], cfg=None, *, max_new_tokens: int = 8, progress=None) -> dict:
+def eval_loaded(
+    model, proc, recs: list[dict], cfg=None, *, max_new_tokens: int = 8, progress=None
+) -> dict:
     """Accuracy of an already loaded model (see :func:`load_vqa_model`) on validated records;
     the model is patched with ``cfg`` for the call and restored after."""
     from PIL import Image
@@ -112,20 +128,29 @@ def eval_loaded(model, proc, recs: list[dict], cfg=None, *, max_new_tokens: int 
             if proc is None:
                 pred = _scenes_answer(model, img, rec["question"], n, device, dtype)
             else:
-                prompt = (f"USER: <image>\n{rec['question']}\nAnswer the question using a single word or "
-                          "phrase. ASSISTANT:")
+                prompt = (
+                    f"USER: <image>\n{rec['question']}\nAnswer the question using a single word or "
+                    "phrase. ASSISTANT:"
+                )
                 inputs = proc(images=img, text=prompt, return_tensors="pt").to(device)
                 if "pixel_values" in inputs:
                     inputs["pixel_values"] = inputs["pixel_values"].to(dtype)
                 out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-                pred = proc.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)[0]
+                pred = proc.batch_decode(
+                    out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True
+                )[0]
             preds.append(pred)
             correct.append(_norm(pred) in {_norm(a) for a in rec["answers"]})
     finally:
         if cfg is not None:
             remove_restore(model)
-    return {"accuracy": float(np.mean(correct)), "n": len(correct), "predictions": preds,
-            "correct": np.array(correct), "config": None if cfg is None else cfg.to_dict()}
+    return {
+        "accuracy": float(np.mean(correct)),
+        "n": len(correct),
+        "predictions": preds,
+        "correct": np.array(correct),
+        "config": None if cfg is None else cfg.to_dict(),
+    }
 
 
 def _scenes_answer(model, img, question: str, n: int, device, dtype) -> str:
@@ -138,14 +163,28 @@ def _scenes_answer(model, img, question: str, n: int, device, dtype) -> str:
     q = scenes.Question(0, words[0], words, "")
     arr = np.asarray(img.resize((scenes.IMAGE, scenes.IMAGE)))[None]
     ids = torch.tensor([scenes.encode(q, N_IMAGE_TOKENS)], device=device)
-    logits = model(input_ids=ids, pixel_values=scenes.pixel_values(arr).to(device, dtype),
-                   logits_to_keep=1).logits[0, -1].float()
+    logits = (
+        model(
+            input_ids=ids, pixel_values=scenes.pixel_values(arr).to(device, dtype), logits_to_keep=1
+        )
+        .logits[0, -1]
+        .float()
+    )
     cand = scenes.answer_ids(q.kind)
     return scenes.VOCAB[cand[int(torch.argmax(logits[cand]))]]
 
 
-def eval_vqa(model_path: str | Path, data: str | Path, cfg=None, *, device="cpu", dtype=torch.float32,
-             limit: int | None = None, max_new_tokens: int = 8, progress=None) -> dict:
+def eval_vqa(
+    model_path: str | Path,
+    data: str | Path,
+    cfg=None,
+    *,
+    device="cpu",
+    dtype=torch.float32,
+    limit: int | None = None,
+    max_new_tokens: int = 8,
+    progress=None,
+) -> dict:
     """Load the model at ``model_path`` and score it on ``data`` (see :func:`eval_loaded`)."""
     recs = read_vqa_jsonl(data)[:limit]
     model, proc = load_vqa_model(model_path, device, dtype)

@@ -32,14 +32,40 @@ from icml26.restore.reducers import DivPrune
 __all__ = ["ARMS", "arm_name", "scene_block", "block_mass", "SYSTEM", "N_BLOCK"]
 
 N_BLOCK = 576  # LLaVA-1.5's visual tokens
-SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. The assistant "
-          "reads the scene description and answers the question.\n")
-ARMS = tuple((merge, pos, cal) for merge in (False, True) for pos in ("reindexed", "retained")
-             for cal in (False, True))
+SYSTEM = (
+    "A chat between a curious user and an artificial intelligence assistant. The assistant "
+    "reads the scene description and answers the question.\n"
+)
+ARMS = tuple(
+    (merge, pos, cal)
+    for merge in (False, True)
+    for pos in ("reindexed", "retained")
+    for cal in (False, True)
+)
 
 _COLOURS = ("red", "blue", "green", "yellow", "black", "white", "orange", "purple", "grey", "brown")
-_OBJECTS = ("lamp", "cube", "book", "cup", "chair", "ball", "box", "key", "vase", "clock", "shoe",
-            "plant", "bottle", "hat", "pen", "bowl", "spoon", "phone", "candle", "basket")
+_OBJECTS = (
+    "lamp",
+    "cube",
+    "book",
+    "cup",
+    "chair",
+    "ball",
+    "box",
+    "key",
+    "vase",
+    "clock",
+    "shoe",
+    "plant",
+    "bottle",
+    "hat",
+    "pen",
+    "bowl",
+    "spoon",
+    "phone",
+    "candle",
+    "basket",
+)
 _RELATIONS = ("left of", "right of", "above", "below", "behind", "in front of", "next to", "under")
 
 
@@ -85,13 +111,16 @@ def _mass(lm, embeds, pos, visual, log_size, log_size0, text_query, cfg) -> np.n
     st.prefill_len, st.stages = length, []
     body = lm.model if hasattr(lm, "model") else lm
     with _restore_attention(lm):
-        body(inputs_embeds=embeds[None], position_ids=pos[None], use_cache=False, **{STATE_KWARG: st})
+        body(
+            inputs_embeds=embeds[None], position_ids=pos[None], use_cache=False, **{STATE_KWARG: st}
+        )
     return np.array([float(st.record[k][0][0]) for k in sorted(st.record)])
 
 
 @torch.no_grad()
-def block_mass(lm, sys_ids, block_ids, q_ids, keep: int, *, arms=ARMS, gamma: float = 0.5,
-               c: float = 2.0) -> dict[str, np.ndarray]:
+def block_mass(
+    lm, sys_ids, block_ids, q_ids, keep: int, *, arms=ARMS, gamma: float = 0.5, c: float = 2.0
+) -> dict[str, np.ndarray]:
     """Per-layer text->block attention mass (L,) for ``"full"`` and each arm of ``arms`` (tuples
     ``(merge, positions, calibrate)``, named by :func:`arm_name`), with the block reduced from
     ``len(block_ids)`` to ``keep`` tokens. ``lm``: a Llama-family ``*ForCausalLM`` (float32 or
@@ -101,15 +130,22 @@ def block_mass(lm, sys_ids, block_ids, q_ids, keep: int, *, arms=ARMS, gamma: fl
         raise ValueError(f"keep must be in [1, {n - 1}]; got {keep}")
     emb = lm.get_input_embeddings()
     dev = emb.weight.device
-    e_sys, e_blk, e_q = (emb(torch.tensor(list(x), device=dev)) for x in (sys_ids, block_ids, q_ids))
+    e_sys, e_blk, e_q = (
+        emb(torch.tensor(list(x), device=dev)) for x in (sys_ids, block_ids, q_ids)
+    )
     s, t = e_sys.shape[0], e_q.shape[0]
 
     def seq(x_blk, blk_pos, sizes, q_start):
         embeds = torch.cat([e_sys, x_blk.to(e_sys.dtype), e_q])
         pos = torch.cat([torch.arange(s), s + blk_pos, q_start + torch.arange(t)]).to(dev)
         k = x_blk.shape[0]
-        visual = torch.cat([torch.zeros(s, dtype=torch.bool), torch.ones(k, dtype=torch.bool),
-                            torch.zeros(t, dtype=torch.bool)])
+        visual = torch.cat(
+            [
+                torch.zeros(s, dtype=torch.bool),
+                torch.ones(k, dtype=torch.bool),
+                torch.zeros(t, dtype=torch.bool),
+            ]
+        )
         tq = torch.cat([torch.zeros(s + k, dtype=torch.bool), torch.ones(t, dtype=torch.bool)])
         zs, zt = torch.zeros(s, dtype=torch.float64), torch.zeros(t, dtype=torch.float64)
         ls = torch.cat([zs, torch.log(sizes.double()), zt])
@@ -119,20 +155,33 @@ def block_mass(lm, sys_ids, block_ids, q_ids, keep: int, *, arms=ARMS, gamma: fl
     plain = RestoreConfig(reducer="none", calibrate=False)
     out = {"full": _mass(lm, *seq(e_blk, torch.arange(n), torch.ones(n), s + n), cfg=plain)}
     feats = e_blk.detach().float()
-    reds = {False: DivPrune().reduce(feats, keep, None),
-            True: Hybrid(DivPrune(), gamma=gamma).reduce(feats, keep, None)}
+    reds = {
+        False: DivPrune().reduce(feats, keep, None),
+        True: Hybrid(DivPrune(), gamma=gamma).reduce(feats, keep, None),
+    }
     for merge, positions, calibrate in arms:
         red = reds[merge]
         x = red.merge(e_blk)
         rel = red.positions() if positions == "retained" else torch.arange(red.n)
         q_start = s + (n if positions == "retained" else red.n)
         cfg = RestoreConfig(reducer="none", calibrate=calibrate, c=c)
-        out[arm_name(merge, positions, calibrate)] = _mass(lm, *seq(x, rel, red.sizes, q_start), cfg=cfg)
+        out[arm_name(merge, positions, calibrate)] = _mass(
+            lm, *seq(x, rel, red.sizes, q_start), cfg=cfg
+        )
     return out
 
 
-def proxy_rows(lm, tokenizer, *, n_blocks: int, keeps, n: int = N_BLOCK, seed: int = 0,
-               label: str = "SmolLM2-135M", progress=None) -> tuple[list[dict], list[str], dict]:
+def proxy_rows(
+    lm,
+    tokenizer,
+    *,
+    n_blocks: int,
+    keeps,
+    n: int = N_BLOCK,
+    seed: int = 0,
+    label: str = "SmolLM2-135M",
+    progress=None,
+) -> tuple[list[dict], list[str], dict]:
     """The mechanism rows: for each keep and arm, text->block attention mass / full (mean over
     layers; clustered over blocks, then layers) and per-layer ratios (layers 0, 1, L/2, L-1).
     Returns (rows, notes, per-layer mean ratios {(keep, arm): (L,)})."""
@@ -156,21 +205,38 @@ def proxy_rows(lm, tokenizer, *, n_blocks: int, keeps, n: int = N_BLOCK, seed: i
             name = arm_name(merge, positions, calibrate)
             arm = masses[(keep, name)]
             ci = clustered_bootstrap(arm, full, statistic="ratio", seed=seed)
-            ratio = np.mean([a / np.maximum(f, 1e-12) for a, f in zip(arm, full, strict=True)], axis=0)
+            ratio = np.mean(
+                [a / np.maximum(f, 1e-12) for a, f in zip(arm, full, strict=True)], axis=0
+            )
             per_layer[(keep, name)] = ratio
-            rows.append({"system": f"{tag}: {name}", "keep": f"{keep}/{n}",
-                         "mass / full (all layers)": round(ci.value, 3),
-                         "95% CI (blocks, then layers)": f"[{ci.low:.3f}, {ci.high:.3f}]",
-                         **{f"layer {j}": round(float(ratio[j]), 3) for j in show}})
-        ret, rei = masses[(keep, "prune/retained/nocalib")], masses[(keep, "prune/reindexed/nocalib")]
+            rows.append(
+                {
+                    "system": f"{tag}: {name}",
+                    "keep": f"{keep}/{n}",
+                    "mass / full (all layers)": round(ci.value, 3),
+                    "95% CI (blocks, then layers)": f"[{ci.low:.3f}, {ci.high:.3f}]",
+                    **{f"layer {j}": round(float(ratio[j]), 3) for j in show},
+                }
+            )
+        ret, rei = (
+            masses[(keep, "prune/retained/nocalib")],
+            masses[(keep, "prune/reindexed/nocalib")],
+        )
         d = clustered_bootstrap(ret, rei, statistic="ratio", seed=seed)
-        rows.append({"system": f"{tag}: retained / re-indexed (pruning, uncalibrated)", "keep": f"{keep}/{n}",
-                     "mass / full (all layers)": round(d.value, 3),
-                     "95% CI (blocks, then layers)": f"[{d.low:.3f}, {d.high:.3f}]"})
+        rows.append(
+            {
+                "system": f"{tag}: retained / re-indexed (pruning, uncalibrated)",
+                "keep": f"{keep}/{n}",
+                "mass / full (all layers)": round(d.value, 3),
+                "95% CI (blocks, then layers)": f"[{d.low:.3f}, {d.high:.3f}]",
+            }
+        )
     full_mean = float(np.mean([f.mean() for f in masses[(keeps[0], "full")]]))
-    notes = [f"{tag}: [system {len(sys_ids)} tokens] [generated scene description, {n} tokens, standing "
-             f"in for {n} visual tokens] [question]; {n_blocks} blocks; keeps {list(keeps)}; the block "
-             "is reduced on its input embeddings (DivPrune; merge = hybrid with distinctive anchors); "
-             f"full-sequence question->block mass {full_mean:.3f} (mean over layers). A proxy of the "
-             "mechanism only: text tokens, not image tokens; no accuracy is measured here"]
+    notes = [
+        f"{tag}: [system {len(sys_ids)} tokens] [generated scene description, {n} tokens, standing "
+        f"in for {n} visual tokens] [question]; {n_blocks} blocks; keeps {list(keeps)}; the block "
+        "is reduced on its input embeddings (DivPrune; merge = hybrid with distinctive anchors); "
+        f"full-sequence question->block mass {full_mean:.3f} (mean over layers). A proxy of the "
+        "mechanism only: text tokens, not image tokens; no accuracy is measured here"
+    ]
     return rows, notes, per_layer
