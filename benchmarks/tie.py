@@ -32,8 +32,8 @@ from icml26.sim import (
     FCFSQueue,
     HardwareSpec,
     ModelSpec,
-    Request,
     ReplicaCost,
+    Request,
     simulate,
 )
 from icml26.sim.engine import Seq
