@@ -18,26 +18,6 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "oserve.md"
 SKIP: dict[str, str] = {}
 
 
-def doc_commands(doc: Path) -> list[str]:
-    """The `icml26 ...` lines of the doc's fenced blocks: continuations joined, comments dropped."""
-    out, fenced, buf = [], False, ""
-    for line in doc.read_text(encoding="utf-8").splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-            continue
-        if not fenced:
-            continue
-        buf += line.rstrip()
-        if buf.endswith("\\"):
-            buf = buf[:-1] + " "
-            continue
-        cmd = re.sub(r"\s+#.*$", "", buf).strip()
-        buf = ""
-        if cmd.startswith("icml26 "):
-            out.append(cmd)
-    return out
-
-
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -46,7 +26,7 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_every_documented_cli_line_runs(workdir):
+def test_every_documented_cli_line_runs(workdir, doc_commands):
     cmds = doc_commands(DOC)
     assert any(c.startswith("icml26 oserve plan") for c in cmds) and any(" simulate " in c for c in cmds)
     for cmd in cmds:

@@ -23,26 +23,6 @@ SKIP = {
 }
 
 
-def doc_commands(doc: Path) -> list[str]:
-    """The `icml26 ...` lines of the doc's fenced blocks: continuations joined, comments dropped."""
-    out, fenced, buf = [], False, ""
-    for line in doc.read_text(encoding="utf-8").splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-            continue
-        if not fenced:
-            continue
-        buf += line.rstrip()
-        if buf.endswith("\\"):
-            buf = buf[:-1] + " "
-            continue
-        cmd = re.sub(r"\s+#.*$", "", buf).strip()
-        buf = ""
-        if cmd.startswith("icml26 "):
-            out.append(cmd)
-    return out
-
-
 def python_blocks(doc: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
 
@@ -60,7 +40,7 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_every_documented_cli_line_runs(workdir):
+def test_every_documented_cli_line_runs(workdir, doc_commands):
     cmds = doc_commands(DOC)
     ran, skipped = [], []
     for cmd in cmds:
