@@ -140,13 +140,11 @@ def run(ctx: RunContext, model=None, tok=None) -> Result:
     """The claim on the real-sample population (``model``/``tok``: an already-loaded LM, tests)."""
     from icml26.tie.claim import predictor_rows, scheduling_rows, sim_details
     from icml26.tie.lengthstudy import pooled_features
-    from icml26.tie.realclaim import preemption_rows, scheduling_power, sim_settings
+    from icml26.tie.realclaim import label_count, preemption_rows, scheduling_power, sim_settings
 
     opt = ctx.options
     cfg = population_config(ctx)
-    n_label = int(opt.get("n_label", max(2, (2 * cfg.n_samples) // 3)))
-    if not 2 <= n_label < cfg.n_samples:
-        raise ValueError(f"n_label must be in [2, samples={cfg.n_samples}); got {n_label}")
+    n_label = label_count(opt, cfg.n_samples)
     n_req = int(opt.get("requests", ctx.pick(tiny=1500, small=4000, full=20000)))
     n_seeds = int(opt.get("seeds", ctx.pick(tiny=2, small=8, full=10)))
     ss = sim_settings(ctx)

@@ -184,12 +184,19 @@ def _plots(ctx, data, cfg, ks, pop, pred, loads, table, fits_idx):
     return figs
 
 
+def label_count(opt, n_samples: int) -> int:
+    """Samples per prompt that fit the labels (``--opt n_label``, default two thirds); the rest
+    are held out as the requests' true lengths."""
+    n_label = int(opt.get("n_label", max(2, (2 * n_samples) // 3)))
+    if not 2 <= n_label < n_samples:
+        raise ValueError(f"n_label must be in [2, samples={n_samples}); got {n_label}")
+    return n_label
+
+
 def run(ctx: RunContext) -> Result:
     opt = ctx.options
     cfg = study_config(ctx)
-    n_label = int(opt.get("n_label", max(2, (2 * cfg.n_samples) // 3)))
-    if not 2 <= n_label < cfg.n_samples:
-        raise ValueError(f"n_label must be in [2, samples={cfg.n_samples}); got {n_label}")
+    n_label = label_count(opt, cfg.n_samples)
     n_boot = int(opt.get("boot", ctx.pick(tiny=19, small=99, full=199)))
     # several times max_num_seqs (256) requests, or nothing ever waits
     n_req = int(opt.get("requests", ctx.pick(tiny=1500, small=SMALL_SIM["requests"], full=20000)))
