@@ -16,6 +16,12 @@ Per atomic matrix ``W ∈ R^{m×n}`` (``m = d_out``), with ``R = c·sqrt(m/n)``:
 6. ``Φ = msign(M̂ + λ*Θ)``; ``W ← W − η·R·Φ``. No weight decay: the retraction bounds W.
 
 ``mode="muonsphere"`` is the paper's cheap λ = 0 variant (retract, then a Muon step of size ηR).
+
+One optimizer for a whole model: each param group carries ``algorithm`` — ``"sso"``,
+``"muonsphere"`` or ``"adamw"`` (the layout of Muon-with-auxiliary-Adam optimizers) — so
+embeddings, norms, biases and the LM head step with AdamW (torch's own ``adam`` kernel with
+decoupled weight decay) inside the same :class:`SSO`; LR schedulers, HF ``Trainer`` and
+``state_dict`` see one ``torch.optim.Optimizer``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from icml26.sso.spectral import msign, power_iteration, solve_lambda
 __all__ = ["SSO", "sso_update", "AtomUpdate", "atom_view", "radius"]
 
 MODES = ("sso", "muonsphere")
+ALGORITHMS = (*MODES, "adamw")
 
 
 def radius(d_out: int, d_in: int, scaler: float = 1.0) -> float:
@@ -124,6 +131,20 @@ def atom_view(shape: torch.Size | tuple[int, ...], split: int | None) -> tuple[i
     return batch * rows // s, s, cols
 
 
+def _check_adamw(group: dict, gi: int) -> None:
+    lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+    if not (isinstance(lr, (int, float)) and lr >= 0 and math.isfinite(lr)):
+        raise ValueError(f"param group {gi} (adamw): lr must be a finite number >= 0; got {lr!r}")
+    betas = group["betas"]
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"param group {gi} (adamw): betas must be two numbers in [0, 1); "
+                         f"got {betas!r}")
+    if not eps >= 0:
+        raise ValueError(f"param group {gi} (adamw): eps must be >= 0; got {eps!r}")
+    if not wd >= 0:
+        raise ValueError(f"param group {gi} (adamw): weight_decay must be >= 0; got {wd!r}")
+
+
 def _is_dtensor(t: torch.Tensor) -> bool:
     try:
         from torch.distributed.tensor import DTensor
@@ -154,8 +175,12 @@ class SSO(Optimizer):
     Parameters
     ----------
     params : iterable of tensors or param-group dicts
-        Group keys beyond the defaults: ``split`` (rows per atomic matrix, e.g. ``head_dim`` for
+        Group keys beyond the defaults: ``algorithm`` (``"sso"``, ``"muonsphere"`` or
+        ``"adamw"``; default ``mode``), ``split`` (rows per atomic matrix, e.g. ``head_dim`` for
         q/k/v; ``None`` = whole matrix) and ``names`` (parameter names, used in error messages).
+        An ``"adamw"`` group takes any shape and the keys ``lr``, ``betas``, ``eps``,
+        ``weight_decay`` (defaults ``adamw_lr``, ``adamw_betas``, ``adamw_eps``,
+        ``adamw_weight_decay``); it never inherits the spectral ``lr``.
     lr : float
         η; the spectral norm of each update is ``η·R`` ("spectral μP" LR scaling). Default 0.02.
     momentum : float in [0, 1)
@@ -171,7 +196,11 @@ class SSO(Optimizer):
     eps : float
         Added to ‖M‖_F in the normalization.
     mode : "sso" or "muonsphere"
-        "muonsphere" fixes λ = 0 (retraction + Muon step), the paper's cheap ablation.
+        The ``algorithm`` of groups that do not name one. "muonsphere" fixes λ = 0
+        (retraction + Muon step), the paper's cheap ablation.
+    adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay
+        Defaults of ``"adamw"`` groups: 3e-3, (0.9, 0.95), 1e-8, 0.0 (decoupled, as
+        ``torch.optim.AdamW``; :func:`~icml26.sso.groups.sso_param_groups` sets 0.1 per group).
     solver : "bisect" or "illinois"
         How the bracket shrinks: bisection (the paper) or Illinois false position (same bracket
         and stopping rule |h| ≤ tol, so the same root to within tol, in fewer msign calls).
@@ -179,17 +208,20 @@ class SSO(Optimizer):
         Stop the λ solver once every matrix converged (a host sync per iteration; default). False
         runs a fixed iteration count with no host sync (GPU-friendly).
 
-    State per parameter: ``momentum_buffer`` (like the parameter, sharded like a DTensor), and
+    State per SSO parameter: ``momentum_buffer`` (like the parameter, sharded like a DTensor), and
     per atom ``lam (B,)``, ``u (B, m)``, ``v (B, n)`` (float32/64, replicated), ``step``.
     After each ``step`` the attribute ``last_stats`` holds per-atom tensors ``sigma_ratio``
-    (σ/R at retraction), ``lam``, ``h`` and the solver's ``evals`` per shape bucket.
+    (σ/R at retraction), ``lam``, ``h`` and the solver's ``evals`` per shape bucket. State per
+    AdamW parameter: ``step``, ``exp_avg``, ``exp_avg_sq`` (``torch.optim.AdamW``'s names).
     """
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.9, nesterov: bool = True,
                  radius_scaler: float = 1.0, power_iter_steps: int = 5, msign_steps: int = 8,
                  solver_tol: float = 2e-4, solver_max_iter: int = 20, eps: float = 1e-7,
                  mode: str = "sso", *, split: int | None = None, early_exit: bool = True,
-                 solver: str = "bisect"):
+                 solver: str = "bisect", adamw_lr: float = 3e-3,
+                 adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-8,
+                 adamw_weight_decay: float = 0.0):
         if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
             raise ValueError(f"lr must be a finite number > 0; got {lr!r}")
         if not 0.0 <= momentum < 1.0:
@@ -207,22 +239,51 @@ class SSO(Optimizer):
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
         if solver not in ("bisect", "illinois"):
             raise ValueError(f"solver must be 'bisect' or 'illinois'; got {solver!r}")
+        self._adamw_defaults = dict(lr=adamw_lr, betas=tuple(adamw_betas), eps=adamw_eps,
+                                    weight_decay=adamw_weight_decay)
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, radius_scaler=radius_scaler,
                         power_iter_steps=power_iter_steps, msign_steps=msign_steps,
                         solver_tol=solver_tol, solver_max_iter=solver_max_iter, eps=eps,
-                        mode=mode, split=split, names=None, solver=solver)
-        super().__init__(params, defaults)
+                        mode=mode, algorithm=mode, split=split, names=None, solver=solver)
         self.early_exit = early_exit
         self.last_stats: dict[str, torch.Tensor] = {}
-        for gi, group in enumerate(self.param_groups):
-            for pi, p in enumerate(group["params"]):
-                if p.ndim not in (2, 3):
-                    raise ValueError(f"SSO takes 2-D or 3-D parameters only; "
-                                     f"{self._name(group, gi, pi)} has shape {tuple(p.shape)} "
-                                     f"(give 1-D parameters to AdamW)")
-                atom_view(p.shape, group["split"])
-                if torch.is_complex(p):
-                    raise ValueError(f"SSO does not support complex {self._name(group, gi, pi)}")
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Torch's ``add_param_group`` with SSO's checks: a known ``algorithm``; 2-D/3-D
+        parameters whose rows ``split`` divides in SSO groups; AdamW hyper-parameters (never the
+        spectral ``lr``) filled into ``"adamw"`` groups."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param group must be a dict; got {type(param_group).__name__}")
+        gi = len(self.param_groups)
+        algo = param_group.get("algorithm", param_group.get("mode", self.defaults["mode"]))
+        if algo not in ALGORITHMS:
+            raise ValueError(f"param group {gi}: algorithm must be one of {ALGORITHMS}; "
+                             f"got {algo!r}")
+        group = dict(param_group, algorithm=algo)
+        if algo == "adamw":
+            for k, v in self._adamw_defaults.items():
+                group.setdefault(k, v)
+            _check_adamw(group, gi)
+        group["mode"] = algo  # the pre-``algorithm`` key, kept equal for old readers
+        params = group["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        group["params"] = params
+        try:
+            super().add_param_group(group)
+        except ValueError as e:  # torch: "some parameters appear in more than one group"
+            raise ValueError(f"param group {gi} ({algo}): {e}") from None
+        if algo == "adamw":
+            return
+        group = self.param_groups[-1]
+        for pi, p in enumerate(group["params"]):
+            if p.ndim not in (2, 3):
+                raise ValueError(f"SSO takes 2-D or 3-D parameters only; "
+                                 f"{self._name(group, gi, pi)} has shape {tuple(p.shape)} "
+                                 f"(put 1-D parameters in a group with algorithm='adamw')")
+            atom_view(p.shape, group["split"])
+            if torch.is_complex(p):
+                raise ValueError(f"SSO does not support complex {self._name(group, gi, pi)}")
 
     @staticmethod
     def _name(group, gi: int, pi: int) -> str:
@@ -241,6 +302,12 @@ class SSO(Optimizer):
                              "optimizer's (different number of groups or of parameters)")
         saved = state_dict.get("state", {})
         for a, b in zip(groups, self.param_groups, strict=True):
+            if a.get("algorithm", a.get("mode")) != b["algorithm"]:
+                raise ValueError(f"SSO.load_state_dict: saved algorithm "
+                                 f"{a.get('algorithm', a.get('mode'))!r} differs from "
+                                 f"{b['algorithm']!r}")
+            if b["algorithm"] == "adamw":
+                continue
             if a.get("split") != b.get("split"):
                 raise ValueError(f"SSO.load_state_dict: saved split {a.get('split')} differs "
                                  f"from {b.get('split')}")
@@ -267,6 +334,9 @@ class SSO(Optimizer):
                 loss = closure()
         stats = defaultdict(list)
         for gi, group in enumerate(self.param_groups):
+            if group["algorithm"] == "adamw":
+                self._step_adamw(group, gi)
+                continue
             beta = group["momentum"]
             buckets: dict[tuple, list] = defaultdict(list)
             for pi, p in enumerate(group["params"]):
@@ -301,6 +371,36 @@ class SSO(Optimizer):
                            for k, v in stats.items()}
         return loss
 
+    def _step_adamw(self, group, gi: int) -> None:
+        """One AdamW step on an ``"adamw"`` group: torch's single-tensor ``adam`` kernel with
+        decoupled weight decay, i.e. ``torch.optim.AdamW(foreach=False)`` bit for bit."""
+        from torch.optim.adam import adam
+
+        params, grads, avgs, sqs, steps = [], [], [], [], []
+        for pi, p in enumerate(group["params"]):
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise ValueError(f"AdamW group does not support sparse gradients "
+                                 f"({self._name(group, gi, pi)})")
+            state = self.state[p]
+            if not state:
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            params.append(p)
+            grads.append(p.grad)
+            avgs.append(state["exp_avg"])
+            sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+        if not params:
+            return
+        b1, b2 = group["betas"]
+        adam(params, grads, avgs, sqs, [], steps, foreach=False,
+             has_complex=any(torch.is_complex(p) for p in params), decoupled_weight_decay=True,
+             amsgrad=False, beta1=b1, beta2=b2, lr=group["lr"], weight_decay=group["weight_decay"],
+             eps=group["eps"], maximize=False)
+
     def _step_bucket(self, group, mm: int, nn_: int, items: list, stats) -> None:
         w = torch.cat([it[4] for it in items])
         m = torch.cat([it[3] for it in items])
@@ -312,7 +412,7 @@ class SSO(Optimizer):
         lam0 = torch.cat([it[2]["lam"].to(work) for it in items])
         r = torch.full((w.size(0),), radius(mm, nn_, group["radius_scaler"]),
                        dtype=lam0.dtype, device=lam0.device)
-        out = sso_update(w, m, v0, lam0, r, lr=group["lr"], mode=group["mode"],
+        out = sso_update(w, m, v0, lam0, r, lr=group["lr"], mode=group["algorithm"],
                          power_iter_steps=group["power_iter_steps"],
                          msign_steps=group["msign_steps"], solver_tol=group["solver_tol"],
                          solver_max_iter=group["solver_max_iter"], eps=group["eps"],
@@ -349,8 +449,11 @@ class SSO(Optimizer):
 
     @torch.no_grad()
     def spectral_init_(self) -> None:
-        """Rescale every atom onto its sphere, ``W ← R·W/‖W‖₂`` (exact σ; the paper's μP init)."""
+        """Rescale every atom of the SSO/MuonSphere groups onto its sphere, ``W ← R·W/‖W‖₂``
+        (exact σ; the paper's μP init). AdamW groups are left as they are."""
         for group in self.param_groups:
+            if group["algorithm"] == "adamw":
+                continue
             for p in group["params"]:
                 nb, mm, nn_ = atom_view(p.shape, group["split"])
                 w = _full(p).reshape(nb, mm, nn_)

@@ -105,21 +105,27 @@ def build_optimizer(model, arm: ArmSpec):
             g["initial_lr"] = arm.lr
         return opt, None
     split = arm.kind in ("sso", "muonsphere")
-    matrix, aux = sso_param_groups(model, split_qkv_heads=split, adamw_weight_decay=arm.weight_decay)
-    adamw = torch.optim.AdamW(aux, lr=arm.aux_lr, betas=arm.betas)
-    if arm.kind == "muon":
+    algo = arm.kind if split else "sso"
+    matrix, aux = sso_param_groups(model, split_qkv_heads=split, adamw_weight_decay=arm.weight_decay,
+                                   algorithm=algo)
+    for g in matrix:
+        g["initial_lr"] = arm.lr
+    for g in aux:
+        g["initial_lr"] = arm.aux_lr
+    if arm.kind == "muon":  # torch's Muon for the matrices, torch's AdamW for the rest
         mat = torch.optim.Muon([p for g in matrix for p in g["params"]], lr=arm.lr,
                                weight_decay=arm.weight_decay, momentum=0.95, nesterov=True,
                                adjust_lr_fn="match_rms_adamw")
-    else:
-        mat = SSO(matrix, lr=arm.lr, radius_scaler=arm.radius_scaler, solver_tol=arm.solver_tol,
-                  mode=arm.kind, solver=arm.solver)
-        spectral_init_(mat)
-    for g in mat.param_groups:
-        g["initial_lr"] = arm.lr
-    for g in adamw.param_groups:
-        g["initial_lr"] = arm.aux_lr
-    return ChainedOptimizer(mat, adamw), mat
+        for g in mat.param_groups:
+            g["initial_lr"] = arm.lr
+        return ChainedOptimizer(mat, torch.optim.AdamW(aux, lr=arm.aux_lr, betas=arm.betas)), mat
+    # one SSO for the whole model: matrix groups step with SSO/MuonSphere, the rest with AdamW
+    # (torch's adam kernel, the same arithmetic as torch.optim.AdamW on CPU)
+    opt = SSO([*matrix, *aux], lr=arm.lr, radius_scaler=arm.radius_scaler,
+              solver_tol=arm.solver_tol, mode=arm.kind, solver=arm.solver, adamw_lr=arm.aux_lr,
+              adamw_betas=arm.betas)
+    spectral_init_(opt)
+    return opt, opt
 
 
 @torch.no_grad()
