@@ -48,6 +48,59 @@ def test_scores_invariant_to_padding_and_neighbours(lm, name):
     torch.testing.assert_close(padded, alone, rtol=1e-9, atol=1e-9)
 
 
+def _left_pad(batch: dict, pad: int) -> dict:
+    """The same rows, padded on the left instead of the right."""
+    out = {k: torch.empty_like(v) for k, v in batch.items()}
+    for i in range(batch["input_ids"].shape[0]):
+        n = int(batch["attention_mask"][i].sum())
+        shift = batch["input_ids"].shape[1] - n
+        for k, fill in (("input_ids", pad), ("labels", -100), ("attention_mask", 0)):
+            out[k][i] = fill
+            out[k][i, shift:] = batch[k][i, :n]
+    return out
+
+
+@pytest.mark.parametrize("name", ["maxloss", "gradnorm", "uds"])
+def test_scores_equal_on_left_and_right_padding_with_a_labelled_first_token(lm, name):
+    """train_on_inputs-style labels on every token but the first: left padding used to score the
+    pad row in front of the first real token; now both sides give the unpadded scores."""
+    model, tok, enc = lm
+    pad = tok.pad_token_id
+    items = [type(e)(e.input_ids, [-100, *e.input_ids[1:]]) for e in enc[:4]]
+    items[0] = type(items[0])(items[0].input_ids, list(items[0].input_ids))  # first labelled too
+    right = collate(items, pad)
+    left = _left_pad(right, pad)
+    assert bool((left["attention_mask"][:, 0] == 0).any())  # some rows really are left-padded
+    s_right = make_selector(name, max_len=48).scores(model, right)
+    s_left = make_selector(name, max_len=48).scores(model, left)
+    alone = torch.stack([make_selector(name, max_len=48).scores(model, collate([e], pad))[0]
+                         for e in items])
+    torch.testing.assert_close(s_right, alone, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(s_left, alone, rtol=1e-9, atol=1e-9)
+
+
+def test_score_mode_train_keeps_dropout_on_and_restores_the_mode():
+    model, tok = tiny_llama(32, 1, 2, max_len=64, seed=0, dtype=torch.float64)
+    model.config.attention_dropout = 0.5
+    for layer in model.model.layers:
+        layer.self_attn.attention_dropout = 0.5
+    pool, _ = make_pool(PoolConfig(n_train=6, n_test=2), seed=0)
+    enc, _ = encode(tok, pool, 40)
+    b = collate(enc[:4], tok.pad_token_id)
+    model.eval()
+    ev = MaxLossSelector()
+    assert torch.equal(ev.scores(model, b), ev.scores(model, b))  # eval: deterministic
+    assert not model.training
+    tr = make_selector("maxloss", score_mode="train")
+    torch.manual_seed(0)
+    s1 = tr.scores(model, b)
+    s2 = tr.scores(model, b)
+    assert not torch.allclose(s1, s2)  # dropout on in the scoring forward
+    assert not model.training  # and the caller's eval mode is back
+    with pytest.raises(ValueError, match="score_mode"):
+        make_selector("uds", score_mode="inference")
+
+
 def test_uds_queue_filled_by_selected_only_and_inter_term(lm):
     model, tok, enc = lm
     sel = UDSSelector(max_len=48, queue_size=5, r_time=4, r_vocab=16)

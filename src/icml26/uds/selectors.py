@@ -3,13 +3,19 @@
 A *batch* is a dict of tensors ``input_ids`` (B, T) long, ``attention_mask`` (B, T) and
 ``labels`` (B, T) long with -100 on positions that are not trained (prompt, padding), as HF
 causal-LM collators produce. Scores use the logits rows that predict a trained label
-(``labels[:, t + 1] != -100``), so padding, and by default the prompt, are never scored; with
-``train_on_inputs=True`` data (labels on the prompt too) the prompt is scored, as in the official
-run. Scoring runs one forward under ``torch.no_grad()`` and never a backward.
+(``labels[:, t + 1] != -100``) from a real position (``attention_mask[:, t] == 1``), so padding,
+and by default the prompt, are never scored, on either padding side: with left padding and a
+labelled first token the pad row in front of it predicts that token and is *not* scored (the
+official code scores it). Position ids follow the attention mask (``cumsum - 1``) so a
+left-padded row gets the logits of its unpadded self. With ``train_on_inputs=True`` data (labels
+on the prompt too) the prompt is scored, as in the official run. Scoring runs one forward under
+``torch.no_grad()`` and never a backward, in eval mode by default (``score_mode="train"`` keeps
+dropout on, as the official code does, which scores in the trainer's train mode).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -22,6 +28,8 @@ from icml26.uds.scores import (
     nuclear_norm,
     token_loss_and_gradnorm,
 )
+
+SCORE_MODES = ("eval", "train")
 
 SELECTORS = (
     "random",
@@ -58,8 +66,28 @@ class ScoredRows:
     hidden: list[torch.Tensor] | None = None
 
 
-def scored_rows(model, batch: dict, *, need_hidden: bool = False) -> ScoredRows:
-    """One no-grad forward; the logits rows (and LM-head inputs) that predict trained labels."""
+def check_score_mode(score_mode: str) -> str:
+    if score_mode not in SCORE_MODES:
+        raise ValueError(f"score_mode must be one of {SCORE_MODES}; got {score_mode!r}")
+    return score_mode
+
+
+def _takes_position_ids(model) -> bool:
+    try:
+        return "position_ids" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return False
+
+
+def scored_rows(model, batch: dict, *, need_hidden: bool = False,
+                score_mode: str = "eval") -> ScoredRows:
+    """One no-grad forward; the logits rows (and LM-head inputs) that predict trained labels.
+
+    A row ``t`` is scored when ``labels[t + 1] != -100`` and ``attention_mask[t] == 1``.
+    ``score_mode``: ``"eval"`` (dropout off; default) or ``"train"`` (the module's train mode,
+    dropout on, as the official scorer); the model's own mode is restored afterwards.
+    """
+    check_score_mode(score_mode)
     for key in ("input_ids", "labels"):
         if key not in batch:
             raise ValueError(f"batch is missing {key!r}; got keys {sorted(batch)}")
@@ -72,15 +100,14 @@ def scored_rows(model, batch: dict, *, need_hidden: bool = False) -> ScoredRows:
         hook = head.register_forward_hook(lambda _m, inp, _out: captured.append(inp[0].detach()))
     device = next(model.parameters()).device
     was_training = model.training
+    attn = batch.get("attention_mask", torch.ones_like(batch["input_ids"])).to(device)
+    kwargs = {}
+    if _takes_position_ids(model):  # positions of real tokens, whatever the padding side
+        kwargs["position_ids"] = (attn.long().cumsum(-1) - 1).clamp_min(0)
     try:
-        model.eval()
+        model.train(score_mode == "train")
         with torch.no_grad():
-            out = model(
-                input_ids=batch["input_ids"].to(device),
-                attention_mask=batch.get("attention_mask", torch.ones_like(batch["input_ids"])).to(
-                    device
-                ),
-            )
+            out = model(input_ids=batch["input_ids"].to(device), attention_mask=attn, **kwargs)
     finally:
         if hook is not None:
             hook.remove()
@@ -95,7 +122,7 @@ def scored_rows(model, batch: dict, *, need_hidden: bool = False) -> ScoredRows:
             f"labels hold id {int(labels.max())} >= model vocabulary {vocab}: vocabulary mismatch"
         )
     mask = torch.zeros_like(labels, dtype=torch.bool)
-    mask[:, :-1] = labels[:, 1:] != -100
+    mask[:, :-1] = (labels[:, 1:] != -100) & (attn[:, :-1] != 0)
     rows = ScoredRows([], [], [] if need_hidden else None)
     for i in range(labels.shape[0]):
         pos = torch.nonzero(mask[i]).squeeze(1)
@@ -144,11 +171,12 @@ class RandomSelector(_Base):
 class MaxLossSelector(_Base):
     """Keep the samples with the highest mean token loss (utility-only baseline)."""
 
-    def __init__(self, chunk: int = DEFAULT_CHUNK):
+    def __init__(self, chunk: int = DEFAULT_CHUNK, *, score_mode: str = "eval"):
         self.chunk = chunk
+        self.score_mode = check_score_mode(score_mode)
 
     def scores(self, model, batch: dict) -> torch.Tensor:
-        rows = scored_rows(model, batch)
+        rows = scored_rows(model, batch, score_mode=self.score_mode)
         return torch.stack(
             [
                 token_loss_and_gradnorm(lg, tg, chunk=self.chunk)[0].cpu()
@@ -161,11 +189,12 @@ class GradNormSelector(_Base):
     """Keep the samples with the largest LM-head gradient norm of their mean token loss
     (closed form from softmax - onehot and the LM-head inputs; the paper's MaxGrad baseline)."""
 
-    def __init__(self, chunk: int = DEFAULT_CHUNK):
+    def __init__(self, chunk: int = DEFAULT_CHUNK, *, score_mode: str = "eval"):
         self.chunk = chunk
+        self.score_mode = check_score_mode(score_mode)
 
     def scores(self, model, batch: dict) -> torch.Tensor:
-        rows = scored_rows(model, batch, need_hidden=True)
+        rows = scored_rows(model, batch, need_hidden=True, score_mode=self.score_mode)
         return torch.stack(
             [
                 token_loss_and_gradnorm(lg, tg, h, chunk=self.chunk)[1].cpu()
@@ -177,9 +206,9 @@ class GradNormSelector(_Base):
 class RHOLossSelector(_Base):
     """RHO-Loss: training loss minus the loss under a reference (holdout-trained) model."""
 
-    def __init__(self, reference_model, chunk: int = DEFAULT_CHUNK):
+    def __init__(self, reference_model, chunk: int = DEFAULT_CHUNK, *, score_mode: str = "eval"):
         self.reference = reference_model
-        self._loss = MaxLossSelector(chunk)
+        self._loss = MaxLossSelector(chunk, score_mode=score_mode)
 
     def scores(self, model, batch: dict) -> torch.Tensor:
         return self._loss.scores(model, batch) - self._loss.scores(self.reference, batch)
@@ -205,6 +234,7 @@ class UDSSelector(_Base):
         length_norm: None (paper) or "tokens" (divide the nuclear norm by scored tokens).
         use_intra, use_inter: ablations (UDS intra-only / inter-only).
         chunk: vocabulary chunk for the Gram and projection accumulations.
+        score_mode: "eval" (default; dropout off) or "train" (dropout on, the official scorer).
     """
 
     def __init__(
@@ -220,7 +250,9 @@ class UDSSelector(_Base):
         use_intra: bool = True,
         use_inter: bool = True,
         chunk: int = DEFAULT_CHUNK,
+        score_mode: str = "eval",
     ):
+        self.score_mode = check_score_mode(score_mode)
         if not alpha >= 0:
             raise ValueError(f"alpha must be >= 0; got {alpha}")
         if length_norm not in (None, "tokens"):
@@ -251,7 +283,7 @@ class UDSSelector(_Base):
 
     def terms(self, model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(intra (B,), inter (B,), embeddings (B, r_time * r_vocab)); no state change."""
-        rows = scored_rows(model, batch)
+        rows = scored_rows(model, batch, score_mode=self.score_mode)
         vocab = rows.logits[0].shape[-1]
         proj = self._projector(vocab, rows.logits[0].device)
         intra, emb = [], []
@@ -287,19 +319,22 @@ class UDSSelector(_Base):
 
 
 def make_selector(
-    name: str, *, seed: int = 0, max_len: int = 512, reference_model=None, **uds_kwargs
+    name: str, *, seed: int = 0, max_len: int = 512, reference_model=None,
+    score_mode: str = "eval", **uds_kwargs
 ) -> Selector:
-    """Factory: one of :data:`SELECTORS`; unknown names raise ValueError listing the choices."""
+    """Factory: one of :data:`SELECTORS`; unknown names raise ValueError listing the choices.
+    ``score_mode`` ("eval" | "train") goes to every selector that runs the model."""
+    check_score_mode(score_mode)
     if name == "random":
         return RandomSelector(seed)
     if name == "maxloss":
-        return MaxLossSelector()
+        return MaxLossSelector(score_mode=score_mode)
     if name == "gradnorm":
-        return GradNormSelector()
+        return GradNormSelector(score_mode=score_mode)
     if name == "rholoss":
         if reference_model is None:
             raise ValueError("selector 'rholoss' needs reference_model")
-        return RHOLossSelector(reference_model)
+        return RHOLossSelector(reference_model, score_mode=score_mode)
     if name == "uds-lennorm":  # nuclear norm per scored token (not in the paper)
         uds_kwargs.setdefault("length_norm", "tokens")
         name = "uds"
@@ -309,6 +344,7 @@ def make_selector(
             seed=seed,
             use_intra=name != "uds-inter",
             use_inter=name != "uds-intra",
+            score_mode=score_mode,
             **uds_kwargs,
         )
     raise ValueError(f"unknown selector {name!r}; choose one of {', '.join(SELECTORS)}")
