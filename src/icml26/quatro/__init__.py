@@ -2,9 +2,17 @@
 (Lee et al., ICML 2026, arXiv 2602.04620). Names read ``tr_dual`` because the paper's method
 section could not be checked; see docs/quatro.md."""
 
-from icml26.quatro.dual import group_advantages, solve_dual
-from icml26.quatro.loop import RLConfig, RLLoop
-from icml26.quatro.losses import METHODS, LossConfig, loss_config, policy_loss
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from icml26.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from icml26.quatro.dual import group_advantages, solve_dual
+    from icml26.quatro.loop import RLConfig, RLLoop
+    from icml26.quatro.losses import METHODS, LossConfig, loss_config, policy_loss
+    from icml26.quatro.trl_trainer import TrDualGRPOConfig, TrDualGRPOTrainer
 
 __all__ = [
     "policy_loss",
@@ -19,13 +27,18 @@ __all__ = [
     "TrDualGRPOConfig",
 ]
 
-_TRL_NAMES = ("TrDualGRPOTrainer", "TrDualGRPOConfig")
-
-
-def __getattr__(name):
-    # TRL is optional (``icml26[trl]``): import it only when the trainer is asked for.
-    if name in _TRL_NAMES:
-        from icml26.quatro import trl_trainer
-
-        return getattr(trl_trainer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Each name is imported from its submodule on first use, so that ``icml26.quatro.cli`` stays light.
+# TRL is optional (``icml26[trl]``): ``trl_trainer`` is imported only when the trainer is asked for.
+_WHERE = {
+    "group_advantages": "dual",
+    "solve_dual": "dual",
+    "RLConfig": "loop",
+    "RLLoop": "loop",
+    "METHODS": "losses",
+    "LossConfig": "losses",
+    "loss_config": "losses",
+    "policy_loss": "losses",
+    "TrDualGRPOTrainer": "trl_trainer",
+    "TrDualGRPOConfig": "trl_trainer",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
