@@ -30,6 +30,7 @@ def plot_lr_transfer(hist: dict, widths, seed: int, best: dict, path: Path) -> P
             b = best[(k, w)]
             ax.plot([b], [dict(pts)[b]], "*", ms=12, color="k")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())  # minor labels overlap on short decades
         ax.set_title(k)
         ax.set_xlabel("learning rate")
         ax.grid(alpha=0.3)
