@@ -26,8 +26,16 @@ import torch  # noqa: E402
 
 from icml26.sso.train import ArmSpec, TrainConfig, build_model, build_optimizer  # noqa: E402
 
-ARMS = (("adamw", 5e-3, "bisect"), ("muon", 5e-3, "bisect"), ("sso", 0.02, "bisect"),
-        ("sso", 0.02, "illinois"), ("muonsphere", 0.02, "bisect"))
+# (kind, lr, solver, solver_seed): the paper's bisection from the fixed bracket, Illinois from the
+# fixed bracket, and Illinois seeded by the previous step's secant slope (the SSO default seed)
+ARMS = (("adamw", 5e-3, "bisect", "fixed"), ("muon", 5e-3, "bisect", "fixed"),
+        ("sso", 0.02, "bisect", "fixed"), ("sso", 0.02, "illinois", "fixed"),
+        ("sso", 0.02, "illinois", "secant"), ("muonsphere", 0.02, "bisect", "fixed"))
+MUON = ("muon", "bisect", "fixed")
+
+
+def label(kind: str, solver: str, seed: str) -> str:
+    return kind if kind != "sso" else f"sso ({solver}, {seed} seed)"
 
 
 def _sync(device: str) -> None:
@@ -78,28 +86,32 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     res = {}
-    print("| width | arm | whole step (s) | optimizer (s) | msign calls/step | whole / Muon |")
-    print("|---|---|---|---|---|---|")
+    # torch's Muon runs Newton-Schulz in bf16, which is emulated (slow) on CPUs without native
+    # bf16; MuonSphere (retraction + one fp32 8-step msign) is then the fair Muon-cost reference
+    print("| width | arm | whole step (s) | optimizer (s) | msign calls/step | whole / Muon | "
+          "whole / MuonSphere |")
+    print("|---|---|---|---|---|---|---|")
     for w in args.widths:
-        for kind, lr, solver in ARMS:
-            r = bench(w, ArmSpec(kind, lr, solver=solver), steps=args.steps, layers=args.layers,
-                      device=args.device)
-            res[(w, kind, solver)] = r
-        muon = res[(w, "muon", "bisect")]["whole"]
-        for kind, _, solver in ARMS:
-            r = res[(w, kind, solver)]
-            label = kind if kind != "sso" else f"sso ({solver})"
-            print(f"| {w} | {label} | {r['whole']:.3f} | {r['optim']:.3f} | {r['msign']:.1f} | "
-                  f"{r['whole'] / muon:.2f} |", flush=True)
+        for kind, lr, solver, seed in ARMS:
+            r = bench(w, ArmSpec(kind, lr, solver=solver, solver_seed=seed), steps=args.steps,
+                      layers=args.layers, device=args.device)
+            res[(w, kind, solver, seed)] = r
+        muon = res[(w, *MUON)]["whole"]
+        sphere = res[(w, "muonsphere", "bisect", "fixed")]["whole"]
+        for kind, _, solver, seed in ARMS:
+            r = res[(w, kind, solver, seed)]
+            print(f"| {w} | {label(kind, solver, seed)} | {r['whole']:.3f} | {r['optim']:.3f} | "
+                  f"{r['msign']:.1f} | {r['whole'] / muon:.2f} | {r['whole'] / sphere:.2f} |",
+                  flush=True)
     if args.plot:
         from icml26.core.plots import pyplot, save_figure
 
         plt = pyplot()
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        for kind, _, solver in ARMS:
-            ys = [res[(w, kind, solver)]["whole"] / res[(w, "muon", "bisect")]["whole"]
+        for kind, _, solver, seed in ARMS:
+            ys = [res[(w, kind, solver, seed)]["whole"] / res[(w, *MUON)]["whole"]
                   for w in args.widths]
-            ax.plot(args.widths, ys, "o-", label=kind if kind != "sso" else f"sso ({solver})")
+            ax.plot(args.widths, ys, "o-", label=label(kind, solver, seed))
         ax.axhline(1.5, ls="--", color="k", lw=0.8, label="target 1.5x")
         ax.set_xlabel("width")
         ax.set_ylabel("whole step time / Muon's")

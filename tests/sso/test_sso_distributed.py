@@ -101,7 +101,12 @@ def test_ddp_and_dtensor_match_single_process(tmp_path):
     out = str(tmp_path / "errs.pt")
     mp.spawn(_worker, args=(2, _free_port(), out), nprocs=2, join=True)
     res = torch.load(out)
-    assert res["ddp"] < 1e-6
-    assert res["dtensor"] < 1e-6
+    # All-reduced gradients differ from one process's by float rounding. The λ solver stops at
+    # |h| <= 2e-4, so rounding can move a stop by one evaluation: λ then moves within the
+    # tolerance (|Δλ| <~ 2e-4 / h' ~ 1e-4) and W by ~ lr·R·|Δλ| ~ 5e-6 (measured 3.9e-6 with the
+    # secant seed). A sharding bug (one rank's half-batch gradient, a stale shard) changes the
+    # update's direction, not its rounding.
+    assert res["ddp"] < 2e-5
+    assert res["dtensor"] < 2e-5
     assert res["sharded_state"]  # momentum stays sharded like the parameter
-    assert res["fsdp2"] < 1e-6
+    assert res["fsdp2"] < 2e-5

@@ -38,6 +38,7 @@ from icml26.sso.spectral import msign, power_iteration, solve_lambda
 __all__ = ["SSO", "sso_update", "AtomUpdate", "atom_view", "radius"]
 
 MODES = ("sso", "muonsphere")
+SEEDS = ("secant", "fixed")
 ALGORITHMS = (*MODES, "adamw")
 
 
@@ -52,7 +53,9 @@ class AtomUpdate:
 
     ``w``: the updated weights; ``sigma``: ‖W‖₂ measured before retraction; ``u (B, m)``,
     ``v (B, n)``: its top singular vectors; ``lam (B,)``; ``h (B,)`` = ⟨Θ, Φ⟩ (tangency
-    residual); ``evals``: msign calls of the solver (0 for muonsphere).
+    residual); ``evals``: msign calls of the solver (0 for muonsphere); ``slope (B,)``: the
+    solver's secant slope of h at the end (the next step's ``slope0``; NaN where unmeasured,
+    None for muonsphere).
     """
 
     w: torch.Tensor
@@ -62,6 +65,7 @@ class AtomUpdate:
     lam: torch.Tensor
     h: torch.Tensor
     evals: int
+    slope: torch.Tensor | None = None
 
 
 def sso_update(
@@ -82,11 +86,14 @@ def sso_update(
     eps: float = 1e-7,
     early_exit: bool = True,
     solver: str = "bisect",
+    slope0: torch.Tensor | None = None,
 ) -> AtomUpdate:
     """One SSO step (Algorithm 1, steps 2-7) for B atomic matrices of one shape.
 
     ``w (B, m, n)`` weights; ``m (B, m, n)`` the (Nesterov) momentum; ``v0 (B, n)`` cached right
-    singular vectors or None; ``lam0 (B,)`` previous λ; ``radius_ (B,)`` target radii R.
+    singular vectors or None; ``lam0 (B,)`` previous λ; ``radius_ (B,)`` target radii R;
+    ``slope0 (B,)`` the previous step's secant slope of h (seeds the bracket, see
+    :func:`~icml26.sso.spectral.solve_lambda`) or None for the fixed ``init_step`` bracket.
     Returns the new weights in ``w``'s dtype; nothing is modified in place.
     """
     if mode not in MODES:
@@ -104,15 +111,15 @@ def sso_update(
     if mode == "sso":
         sol = solve_lambda(g, u, v, lam0, tol=solver_tol, max_iter=solver_max_iter,
                            max_expand=solver_max_expand, init_step=solver_init_step,
-                           msign_fn=ms, early_exit=early_exit, method=solver)
-        phi, lam, h, evals = sol.phi, sol.lam, sol.h, sol.iterations
+                           msign_fn=ms, early_exit=early_exit, method=solver, slope0=slope0)
+        phi, lam, h, evals, slope = sol.phi, sol.lam, sol.h, sol.iterations, sol.slope
     else:
         phi = ms(g)
         lam = torch.zeros_like(lam0, dtype=work)
         h = (u.unsqueeze(-2) @ phi @ v.unsqueeze(-1)).reshape(-1)
-        evals = 0
+        evals, slope = 0, None
     w_new = w_ret - (lr * r).view(-1, 1, 1) * phi
-    return AtomUpdate(w_new.to(w.dtype), sigma, u, v, lam, h, evals)
+    return AtomUpdate(w_new.to(w.dtype), sigma, u, v, lam, h, evals, slope)
 
 
 def atom_view(shape: torch.Size | tuple[int, ...], split: int | None) -> tuple[int, int, int]:
@@ -204,12 +211,19 @@ class SSO(Optimizer):
     solver : "bisect" or "illinois"
         How the bracket shrinks: bisection (the paper) or Illinois false position (same bracket
         and stopping rule |h| ≤ tol, so the same root to within tol, in fewer msign calls).
+    solver_seed : "secant" or "fixed"
+        Where the bracket search starts. "secant" (default): the first probe is the Newton point
+        from the previous step's secant slope of h (kept per atom as state ``slope``), and the
+        expansion continues from that step size; the first step, and atoms without a valid
+        slope, use the fixed one. "fixed": steps of ``1e-3·2ᵏ`` from the previous λ (the
+        paper's bracket). Both stop at |h| ≤ tol: the same root to within tol.
     early_exit : bool
         Stop the λ solver once every matrix converged (a host sync per iteration; default). False
         runs a fixed iteration count with no host sync (GPU-friendly).
 
     State per SSO parameter: ``momentum_buffer`` (like the parameter, sharded like a DTensor), and
-    per atom ``lam (B,)``, ``u (B, m)``, ``v (B, n)`` (float32/64, replicated), ``step``.
+    per atom ``lam (B,)``, ``slope (B,)`` (the solver's secant slope; NaN until measured),
+    ``u (B, m)``, ``v (B, n)`` (float32/64, replicated), ``step``.
     After each ``step`` the attribute ``last_stats`` holds per-atom tensors ``sigma_ratio``
     (σ/R at retraction), ``lam``, ``h`` and the solver's ``evals`` per shape bucket. State per
     AdamW parameter: ``step``, ``exp_avg``, ``exp_avg_sq`` (``torch.optim.AdamW``'s names).
@@ -219,7 +233,7 @@ class SSO(Optimizer):
                  radius_scaler: float = 1.0, power_iter_steps: int = 5, msign_steps: int = 8,
                  solver_tol: float = 2e-4, solver_max_iter: int = 20, eps: float = 1e-7,
                  mode: str = "sso", *, split: int | None = None, early_exit: bool = True,
-                 solver: str = "bisect", adamw_lr: float = 3e-3,
+                 solver: str = "bisect", solver_seed: str = "secant", adamw_lr: float = 3e-3,
                  adamw_betas: tuple[float, float] = (0.9, 0.95), adamw_eps: float = 1e-8,
                  adamw_weight_decay: float = 0.0):
         if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
@@ -239,12 +253,15 @@ class SSO(Optimizer):
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
         if solver not in ("bisect", "illinois"):
             raise ValueError(f"solver must be 'bisect' or 'illinois'; got {solver!r}")
+        if solver_seed not in SEEDS:
+            raise ValueError(f"solver_seed must be one of {SEEDS}; got {solver_seed!r}")
         self._adamw_defaults = dict(lr=adamw_lr, betas=tuple(adamw_betas), eps=adamw_eps,
                                     weight_decay=adamw_weight_decay)
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, radius_scaler=radius_scaler,
                         power_iter_steps=power_iter_steps, msign_steps=msign_steps,
                         solver_tol=solver_tol, solver_max_iter=solver_max_iter, eps=eps,
-                        mode=mode, algorithm=mode, split=split, names=None, solver=solver)
+                        mode=mode, algorithm=mode, split=split, names=None, solver=solver,
+                        solver_seed=solver_seed)
         self.early_exit = early_exit
         self.last_stats: dict[str, torch.Tensor] = {}
         super().__init__(params, defaults)
@@ -276,6 +293,12 @@ class SSO(Optimizer):
         if algo == "adamw":
             return
         group = self.param_groups[-1]
+        if group["solver"] not in ("bisect", "illinois"):
+            raise ValueError(f"param group {gi}: solver must be 'bisect' or 'illinois'; got "
+                             f"{group['solver']!r}")
+        if group.get("solver_seed", "secant") not in SEEDS:
+            raise ValueError(f"param group {gi}: solver_seed must be one of {SEEDS}; got "
+                             f"{group['solver_seed']!r}")
         for pi, p in enumerate(group["params"]):
             if p.ndim not in (2, 3):
                 raise ValueError(f"SSO takes 2-D or 3-D parameters only; "
@@ -358,6 +381,8 @@ class SSO(Optimizer):
                     state["step"] = torch.tensor(0.0)
                     state["momentum_buffer"] = torch.zeros_like(p)
                     state["lam"] = torch.zeros(nb, dtype=work, device=_full(grad).device)
+                    state["slope"] = torch.full((nb,), float("nan"), dtype=work,
+                                                device=_full(grad).device)
                     state["u"] = None
                     state["v"] = None
                 buf = state["momentum_buffer"]
@@ -410,13 +435,19 @@ class SSO(Optimizer):
         # (torch's load_state_dict casts floating state to the parameter dtype: undo for bf16)
         v0 = torch.cat([it[2]["v"].to(work) for it in items]) if have_v else None
         lam0 = torch.cat([it[2]["lam"].to(work) for it in items])
+        slope0 = None
+        if group["algorithm"] == "sso" and group.get("solver_seed", "secant") == "secant":
+            # (state saved before the secant seed existed has no slope: start unmeasured)
+            slope0 = torch.cat([it[2]["slope"].to(work) if it[2].get("slope") is not None
+                                else torch.full_like(it[2]["lam"], float("nan"), dtype=work)
+                                for it in items])
         r = torch.full((w.size(0),), radius(mm, nn_, group["radius_scaler"]),
                        dtype=lam0.dtype, device=lam0.device)
         out = sso_update(w, m, v0, lam0, r, lr=group["lr"], mode=group["algorithm"],
                          power_iter_steps=group["power_iter_steps"],
                          msign_steps=group["msign_steps"], solver_tol=group["solver_tol"],
                          solver_max_iter=group["solver_max_iter"], eps=group["eps"],
-                         early_exit=self.early_exit, solver=group["solver"])
+                         early_exit=self.early_exit, solver=group["solver"], slope0=slope0)
         bad = out.sigma <= 0
         if bool(bad.any()):
             k = int(torch.nonzero(bad)[0])
@@ -430,6 +461,8 @@ class SSO(Optimizer):
             _write_full(p, out.w[sl])
             state["u"], state["v"] = out.u[sl].clone(), out.v[sl].clone()
             state["lam"] = out.lam[sl].clone()
+            if out.slope is not None:
+                state["slope"] = out.slope[sl].clone()
             state["step"] += 1
         stats["sigma_ratio"].append(out.sigma / r)
         stats["lam"].append(out.lam)

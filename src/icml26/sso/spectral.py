@@ -124,7 +124,9 @@ class LambdaSolution:
 
     ``lam (B,)`` the multipliers; ``phi (B, m, n)`` = msign(M̂ + λΘ); ``h (B,)`` the tangency
     residual ⟨Θ, Φ⟩; ``iterations`` the h-evaluations (msign calls) made, the warm start included;
-    ``converged (B,)`` whether |h| ≤ tol was reached.
+    ``converged (B,)`` whether |h| ≤ tol was reached; ``slope (B,)`` the secant slope of h
+    through the last two points evaluated (NaN where none was measured): the next step's
+    ``slope0``.
     """
 
     lam: torch.Tensor
@@ -132,6 +134,7 @@ class LambdaSolution:
     h: torch.Tensor
     iterations: int
     converged: torch.Tensor
+    slope: torch.Tensor | None = None
 
 
 def solve_lambda(
@@ -147,6 +150,7 @@ def solve_lambda(
     msign_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
     early_exit: bool = True,
     method: str = "bisect",
+    slope0: torch.Tensor | None = None,
 ) -> LambdaSolution:
     """Root of ``h(λ) = ⟨Θ, msign(G + λΘ)⟩`` per matrix, ``Θ = u vᵀ`` (SSO, Alg. 1 lines 5-6).
 
@@ -161,6 +165,13 @@ def solve_lambda(
     3. shrink the bracket at most ``max_iter`` times until ``|h| ≤ tol``: ``method="bisect"`` (the
        paper) halves it; ``method="illinois"`` takes the Illinois false-position point (same
        bracket, same stopping rule, usually far fewer msign calls).
+
+    ``slope0 (B,)`` (optional) seeds step 2 with a secant step: the first probe is the Newton
+    point ``λ₀ − h(λ₀)/slope0`` and the expansion continues from ``|h(λ₀)/slope0|·2ᵏ`` instead of
+    ``init_step·2ᵏ``; matrices whose slope0 is not finite and > 0 use ``init_step``. Pass the
+    previous step's :attr:`LambdaSolution.slope`: λ* and h' drift slowly between steps, so the
+    probe usually brackets (or hits) the root at once. The bracket and the stopping rule are
+    unchanged, so the root is the same to within ``tol``.
 
     Matrices that never reach ``tol`` keep the evaluated λ with the smallest ``|h|``. With
     ``early_exit`` (default) only unfinished matrices are evaluated and the loop stops once all
@@ -186,10 +197,14 @@ def solve_lambda(
     evals = 1
     best_h, best_lam = h0.clone(), lam0.clone()
     done = h0.abs() <= tol
+    # secant through the last two evaluated points of each matrix: the slope handed to the next
+    # step (h is non-decreasing in λ, so a valid slope is finite and > 0)
+    prev_lam, prev_h = lam0.clone(), h0.clone()
+    slope = torch.full_like(lam0, float("nan"))
 
     def evaluate(lam: torch.Tensor, mask: torch.Tensor):
         """h at ``lam`` for the matrices in ``mask`` (others: 0); updates the best Φ found."""
-        nonlocal best_phi, best_h, best_lam
+        nonlocal best_phi, best_h, best_lam, prev_lam, prev_h, slope
         if early_exit:
             idx = torch.nonzero(mask).flatten()
             h_sub, phi_sub = h_at(lam, idx)
@@ -205,6 +220,12 @@ def solve_lambda(
         better_all = mask & (hc.abs() < best_h.abs())
         best_h = torch.where(better_all, hc, best_h)
         best_lam = torch.where(better_all, lam, best_lam)
+        dl = lam - prev_lam
+        moved = mask & (dl != 0)
+        sec = (hc - prev_h) / torch.where(moved, dl, torch.ones_like(dl))
+        slope = torch.where(moved & torch.isfinite(sec) & (sec > 0), sec, slope)
+        prev_lam = torch.where(mask, lam, prev_lam)
+        prev_h = torch.where(mask, hc, prev_h)
         return hc
 
     up = h0 <= 0  # the root lies above λ₀
@@ -212,11 +233,17 @@ def solve_lambda(
     lo, hi = lam0.clone(), lam0.clone()
     hlo, hhi = h0.clone(), h0.clone()
     bracketed = done.clone()
+    base = torch.full_like(lam0, init_step)
+    if slope0 is not None:
+        s0 = slope0.to(work)
+        step0 = h0.abs() / torch.where(s0 > 0, s0, torch.ones_like(s0))
+        ok0 = torch.isfinite(s0) & (s0 > 0) & torch.isfinite(step0) & (step0 > 0)
+        base = torch.where(ok0, step0, base)
     for k in range(max_expand):
         mask = ~done & ~bracketed
         if early_exit and not bool(mask.any()):
             break
-        cand = lam0 + sgn * (init_step * 2.0**k)
+        cand = lam0 + sgn * (base * 2.0**k)
         hc = evaluate(cand, mask)
         evals += 1
         ok = mask & (hc.abs() <= tol)
@@ -259,4 +286,6 @@ def solve_lambda(
         hi, hhi = torch.where(go_dn, mid, hi), torch.where(go_dn, hc, hhi)
         last = torch.where(go_up, -1.0, torch.where(go_dn, 1.0, last))
     converged = best_h.abs() <= tol
-    return LambdaSolution(best_lam, best_phi, best_h, evals, converged)
+    if slope0 is not None:  # matrices never moved (converged at λ₀) keep the slope they had
+        slope = torch.where(torch.isfinite(slope), slope, slope0.to(work))
+    return LambdaSolution(best_lam, best_phi, best_h, evals, converged, slope)

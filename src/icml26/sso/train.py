@@ -79,6 +79,7 @@ class ArmSpec:
     radius_scaler: float = 1.0
     solver_tol: float = 2e-4
     solver: str = "bisect"
+    solver_seed: str = "secant"
 
     def __post_init__(self):
         if self.kind not in ARMS:
@@ -122,7 +123,8 @@ def build_optimizer(model, arm: ArmSpec):
     # one SSO for the whole model: matrix groups step with SSO/MuonSphere, the rest with AdamW
     # (torch's adam kernel, the same arithmetic as torch.optim.AdamW on CPU)
     opt = SSO([*matrix, *aux], lr=arm.lr, radius_scaler=arm.radius_scaler,
-              solver_tol=arm.solver_tol, mode=arm.kind, solver=arm.solver, adamw_lr=arm.aux_lr,
+              solver_tol=arm.solver_tol, mode=arm.kind, solver=arm.solver,
+              solver_seed=arm.solver_seed, adamw_lr=arm.aux_lr,
               adamw_betas=arm.betas)
     spectral_init_(opt)
     return opt, opt
