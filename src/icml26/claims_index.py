@@ -182,7 +182,7 @@ CLAIMS: list[Claim] = [
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
         run=lazy("icml26.quatro.claim:run"),
         power=PowerSpec(
-            control="the stress itself: GRPO under staleness and high LR against on-policy GRPO at the base LR (the stress must degrade a clipped loss)",
+            control="the stress itself: GRPO under staleness and high LR against on-policy GRPO (mu=1) at its own tuned LR (the stress must degrade a clipped loss)",
             floor="the base policy's held-out pass@1 before training",
             degeneracy_na="training runs make no shared discrete decisions",
         ),

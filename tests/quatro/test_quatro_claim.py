@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from icml26 import claims_index
@@ -23,9 +24,14 @@ def test_tiny_claim_runs(tmp_path, monkeypatch):
     base = checks["floor"]["values"]["base policy (SFT-warmed, before RL)"]
     assert 0 < base < 1
     arms = {r["arm"] for r in rec["rows"]}
-    assert arms == {"tr_dual", "grpo", "dapo", "gspo", "kl_penalty", "base policy"}
+    assert arms == {"tr_dual", "tr_dual (std A)", "grpo", "dapo", "gspo", "kl_penalty",
+                    "base policy"}
     assert rec["headline"]["value"] > 0
+    assert "tr_dual (std A)" in rec["headline"]["name"]
     assert any("RECONSTRUCTION" in n for n in rec["notes"])
+    # tiny does not tune: every arm at the base LR x the setting's multiplier (8, 10)
+    assert any("No LR tuning" in n for n in rec["notes"]) and rec["tuning"] is None
+    assert {r["lr"] for r in rec["rows"] if "lr" in r} == {1e-3}
 
 
 def test_cli_dual_and_errors():
@@ -77,8 +83,10 @@ def test_units_and_combine_headline(tmp_path):
     ctx = RunContext(scale="tiny", seed=4, out_dir=tmp_path, options={"seeds": "2"})
     us = units(ctx)
     assert [u.seed for u in us] == [4, 5] and len({u.out_dir for u in us}) == 2
-    a = {"tr_dual": 0.30, "grpo": 0.20, "dapo": 0.10, "gspo": 0.05, "kl_penalty": 0.0}
-    b = {"tr_dual": 0.10, "grpo": 0.20, "dapo": 0.25, "gspo": 0.05, "kl_penalty": 0.0}
+    a = {"tr_dual": 0.29, "tr_dual (std A)": 0.30, "grpo": 0.20, "dapo": 0.10, "gspo": 0.05,
+         "kl_penalty": 0.0}
+    b = {"tr_dual": 0.29, "tr_dual (std A)": 0.10, "grpo": 0.20, "dapo": 0.25, "gspo": 0.05,
+         "kl_penalty": 0.0}
     res = combine(ctx, [_fake_unit(a), _fake_unit(b)])
     eps = 0.5 / (32 * 8)  # tiny eval: 32 prompts x 8 samples
     # best baseline by mean pass@1 is grpo (0.20) over dapo (0.175)
@@ -87,7 +95,8 @@ def test_units_and_combine_headline(tmp_path):
     assert (
         abs(lo - (0.1 + eps) / (0.2 + eps)) < 1e-12 and abs(hi - (0.3 + eps) / (0.2 + eps)) < 1e-12
     )
-    assert len(res.rows) == 6 and all(p.exists() for p in res.figures)  # 5 arms + base policy
+    # the headline is the matched-scale arm, never the centred tr_dual (0.29 here)
+    assert len(res.rows) == 7 and all(p.exists() for p in res.figures)  # 6 arms + base policy
     checks = {c.kind: c for c in res.power}
     assert checks["control"].passed is None  # no on-policy (mu=1, LR x1) GRPO in this run
     # every arm's mean pass@1 at (8, 10) is at or below the base policy's 0.3: uninformative
@@ -107,8 +116,10 @@ def _combine(tmp_path, a, b, on_a, on_b, base=(0.3, 0.3)):
 
 
 def test_power_checks_control_and_floor(tmp_path):
-    a = {"tr_dual": 0.40, "grpo": 0.20, "dapo": 0.10, "gspo": 0.05, "kl_penalty": 0.0}
-    b = {"tr_dual": 0.36, "grpo": 0.24, "dapo": 0.25, "gspo": 0.05, "kl_penalty": 0.0}
+    a = {"tr_dual": 0.40, "tr_dual (std A)": 0.40, "grpo": 0.20, "dapo": 0.10, "gspo": 0.05,
+         "kl_penalty": 0.0}
+    b = {"tr_dual": 0.36, "tr_dual (std A)": 0.36, "grpo": 0.24, "dapo": 0.25, "gspo": 0.05,
+         "kl_penalty": 0.0}
     # the stress degrades GRPO beyond the seed spread: on-policy 0.35..0.37 vs stressed 0.20..0.24
     res = _combine(tmp_path, a, b, {"grpo": 0.35}, {"grpo": 0.37}, base=(0.30, 0.32))
     checks = {c.kind: c for c in res.power}
@@ -125,3 +136,56 @@ def test_power_checks_control_and_floor(tmp_path):
     checks = {c.kind: c for c in res.power}
     assert checks["control"].passed is False
     assert checks["floor"].passed is False  # tr_dual 0.38 is inside the base range 0.30..0.45
+
+
+def test_every_arm_is_tuned_then_stressed_from_its_own_lr(tmp_path, monkeypatch):
+    """tune_lrs brackets every arm (interior best, resumable memo); units carry the tuned LRs and
+    run_unit multiplies each arm's own LR by the setting's multiplier."""
+    import math
+
+    import icml26.quatro.claim as C
+    from icml26.core.claims import RunContext
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    peak = {"tr_dual": 4e-4, "tr_dual (std A)": 1e-4, "grpo": 2e-4, "dapo": 2e-4,
+            "gspo": 1e-4, "kl_penalty": 5e-5}
+    calls = []
+
+    class FakeLoop:
+        def __init__(self, arm, mu, lr):
+            self.arm, self.mu, self.lr, self.query_stats = arm, mu, lr, []
+
+        def run(self, progress=None):
+            calls.append((self.arm, self.mu, self.lr))
+            r = 0.5 - 0.1 * math.log(self.lr / peak[C._lr_key(self.arm)]) ** 2
+            return [{"r": r}]
+
+    def fake_summary(hist):
+        return {"reward": [0.0, 0.0, 0.0, hist[0]["r"]], "pass@1": 0.3, "pass@8": 0.5,
+                "unique": 1, "ent_ratio": 1.0, "collapse": False, "kl_share": 1.0, "clip": 0.0,
+                "entropy": [1.0] * 4, "pass@1_0": 0.3}
+
+    monkeypatch.setattr(C, "warm_policy", lambda *a, **k: (None, None, {"sft_val_exact": 0.3}))
+    monkeypatch.setattr(C, "_loop", lambda base, tok, spec, arm, over, mu, lr, seed:
+                        FakeLoop(arm, mu, lr))
+    monkeypatch.setattr(C, "_summarise", fake_summary)
+    ctx = RunContext(scale="small", seed=0, out_dir=tmp_path / "out", options={"seeds": "2"})
+    us = C.units(ctx)
+    tuned = json.loads(us[0].options["tuned_lrs"])
+    assert tuned == pytest.approx(peak, rel=1e-9)  # the grid (x2 around 1e-4) holds each peak
+    tuning = json.loads(us[0].options["tuning"])
+    assert all(tuning[a]["interior"] for a in C.ARMS)
+    assert tuning["tr_dual"]["extensions"] == 1  # 4e-4 sat at the start grid's top edge
+    assert all(mu == 1 for _, mu, _ in calls)
+    n_tune = len(calls)
+    C.units(ctx)  # resumed from the memo: no new tuning runs
+    assert len(calls) == n_tune
+    calls.clear()
+    res = C.run_unit(us[1])
+    got = {(arm, mu): lr for arm, mu, lr in calls}
+    for arm in C.ARMS:
+        assert got[(arm, 1)] == pytest.approx(peak[arm])
+        assert got[(arm, 8)] == pytest.approx(10 * peak[arm])
+    assert got[("tr_dual δ=0.01", 8)] == pytest.approx(10 * peak["tr_dual"])
+    lrs_row = next(r for r in res.rows if r["kind"] == "lrs")
+    assert lrs_row["tuning"]["protocol"]["setting"] == "mu=1, LR x1"

@@ -3,18 +3,29 @@ loss (``tr_dual``, our reconstruction of QUATRO) keeps reward and entropy where 
 GRPO-style losses degrade; measured as held-out pass@1 at (mu=8, LR x10).
 
 A byte-level ``tiny_llama`` is SFT-warmed (cached) on generated arithmetic (``add2``, ``chain3``)
-to ~30% sampled exact match, then each arm (tr_dual, GRPO, DAPO, GSPO, KL penalty) runs the same
-rollout budget, LR and seeds in each (mu, LR multiplier) setting. Headline: tr_dual held-out
-pass@1 / best baseline's at the harshest setting, min/max of the seed-paired ratios.
+to ~30% sampled exact match, then each arm (tr_dual with centred advantages, tr_dual with
+std-scaled advantages, GRPO, DAPO, GSPO, KL penalty) runs the same rollout budget and seeds in
+each (mu, LR multiplier) setting.
+
+Fair LRs (issue 36): at ``small``/``full`` every arm's own LR is tuned first, on-policy at
+(mu, LR x) = (1, 1), seed ``ctx.seed``, with the bracketing tuner (``core.stats.bracket``: the same
+5-point x2 start grid around ``base_lr``, 2 points per extension, at most 2 extensions, for every
+arm), on the mean *training* reward of the last quarter of rollout batches (never the held-out
+prompts); each stress setting then multiplies that arm's tuned LR. ``tiny`` (and ``--opt
+tune=0``) uses ``base_lr`` for every arm. Headline (declared before any run): held-out pass@1 of
+``tr_dual (std A)`` — tr_dual with the baselines' std-scaled advantages, so both sides take steps
+of the same scale — / the best baseline's at the harshest setting, min/max of the seed-paired
+ratios; the centred tr_dual is a row.
 
 Power checks: control = the stress itself (GRPO at the harshest setting against on-policy GRPO,
-mu=1 at the base LR: the stress must degrade the clipped loss beyond the seed spread; measured
-where the run has the (1, 1) setting and >= 2 seeds, i.e. small/full); floor = the base
+mu=1 at LR x1, i.e. its tuned LR at small/full: the stress must degrade the clipped loss beyond
+the seed spread; measured where the run has the (1, 1) setting and >= 2 seeds); floor = the base
 (SFT-warmed) policy's held-out pass@1 before RL, min/max over seeds (some arm at the harshest
 setting must end above it).
 
-Options: ``delta`` (0.05), ``base_lr`` (1e-4), ``steps`` / ``seeds`` (override the scale's),
-``jobs`` (processes, one seed each; default 1).
+Options: ``delta`` (0.05), ``base_lr`` (1e-4, the centre of the tuning grid), ``steps`` /
+``seeds`` (override the scale's), ``tune`` (1 at small/full, 0 at tiny), ``jobs`` (processes, one
+seed each; default 1; the tuning runs in the driver, resumable from its memo).
 """
 
 from __future__ import annotations
@@ -27,14 +38,32 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from icml26.core.checkpoint import Memo, source_fingerprint
 from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.lm import cache_root, tiny_llama
 from icml26.core.plots import pyplot, save_figure
 from icml26.quatro.loop import RLConfig, RLLoop, sft_warmup
 from icml26.quatro.losses import loss_config
 
-ARMS = ("tr_dual", "grpo", "dapo", "gspo", "kl_penalty")
+HEADLINE_ARM = "tr_dual (std A)"  # tr_dual with GRPO's std-scaled advantages: matched step scale
+ARMS = ("tr_dual", HEADLINE_ARM, "grpo", "dapo", "gspo", "kl_penalty")
+BASELINES = ("grpo", "dapo", "gspo", "kl_penalty")
+ARM_OVERRIDES = {HEADLINE_ARM: {"scale_adv": True}}
+TUNE_GRID = (0.25, 0.5, 1.0, 2.0, 4.0)  # x base_lr: the start grid of every arm
+TUNE_EXTEND, TUNE_CAP = 2, 2
 TARGET = 1.0
+
+
+def _lr_key(arm: str) -> str:
+    """The tuned arm whose LR an arm uses (the δ=0.01 ablation uses centred tr_dual's)."""
+    return arm if arm in ARMS else arm.split(" ")[0]
+
+
+def tune_objective(summary: dict) -> float:
+    """Mean training reward over the last quarter of rollout batches (the tuner's score)."""
+    rew = summary["reward"]
+    k = max(1, len(rew) // 4)
+    return float(np.mean(rew[-k:]))
 
 
 def warm_policy(hidden=64, layers=2, sft_steps=600, seed=0, progress=None):
@@ -90,29 +119,74 @@ def _run_seed(seed, spec, progress=None):
     out, qstats = {}, []
     for mu, lr_x in spec["settings"]:
         for arm, over in spec["arms"]:
-            if over and (mu, lr_x) != spec["harsh"]:
-                continue  # the δ=0.01 row runs at the harshest setting only
-            method = arm.split(" ")[0]
-            lc = loss_config(
-                method, **{**({"delta": spec["delta"]} if method == "tr_dual" else {}), **over}
-            )
-            cfg = RLConfig(
-                steps=spec["steps"],
-                prompts=spec["prompts"],
-                group_size=8,
-                mu=mu,
-                lr=spec["base_lr"] * lr_x,
-                eval_prompts=spec["n_eval"],
-                eval_samples=spec["k_eval"],
-                seed=seed,
-            )
-            torch.manual_seed(seed)
-            loop = RLLoop(copy.deepcopy(base), tok, cfg, lc)
-            progress.log(f"seed {seed} mu={mu} lr x{lr_x} {arm}")
+            if arm not in ARMS and (mu, lr_x) != spec["harsh"]:
+                continue  # the δ=0.01 ablation runs at the harshest setting only
+            lr = spec["lrs"].get(_lr_key(arm), spec["base_lr"]) * lr_x
+            progress.log(f"seed {seed} mu={mu} lr x{lr_x} ({lr:.3g}) {arm}")
+            loop = _loop(base, tok, spec, arm, over, mu, lr, seed)
             out[(arm, (mu, lr_x))] = _summarise(loop.run(progress=progress))
-            if arm == "tr_dual" and (mu, lr_x) == spec["harsh"]:
+            if arm == HEADLINE_ARM and (mu, lr_x) == spec["harsh"]:
                 qstats.extend(loop.query_stats)
     return out, qstats, info
+
+
+def _loop(base, tok, spec, arm, over, mu, lr, seed) -> RLLoop:
+    method = arm.split(" ")[0]
+    lc = loss_config(
+        method, **{**({"delta": spec["delta"]} if method == "tr_dual" else {}), **over}
+    )
+    cfg = RLConfig(
+        steps=spec["steps"],
+        prompts=spec["prompts"],
+        group_size=8,
+        mu=mu,
+        lr=lr,
+        eval_prompts=spec["n_eval"],
+        eval_samples=spec["k_eval"],
+        seed=seed,
+    )
+    torch.manual_seed(seed)
+    return RLLoop(copy.deepcopy(base), tok, cfg, lc)
+
+
+def tune_lrs(ctx: RunContext, spec: dict | None = None) -> dict:
+    """Every arm's LR, bracketed on-policy at (1, 1) on seed ``ctx.seed`` (see the module doc).
+
+    Returns ``{"lrs": {arm: lr}, "tuning": {arm: TuneResult dict, "protocol": ...}}``; resumable:
+    each (arm, LR) run is memoised under the icml26 cache, keyed by the spec and the code."""
+    from icml26.core.stats import bracket
+
+    spec = spec or _spec(ctx)
+    if not spec["tune"]:
+        return {"lrs": {}, "tuning": {}}
+    key = {k: spec[k] for k in ("hidden", "layers", "sft_steps", "steps", "prompts", "n_eval",
+                                "k_eval", "base_lr", "delta")}
+    key.update(seed=ctx.seed, grid=TUNE_GRID, code=source_fingerprint("icml26.quatro"), v=1)
+    tag = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    memo = Memo(cache_root() / "quatro" / f"tune-{tag}.json", config=key)
+    base, tok, _ = warm_policy(spec["hidden"], spec["layers"], spec["sft_steps"], ctx.seed,
+                               ctx.progress)
+    out, lrs = {}, {}
+    for arm in ARMS:
+        over = ARM_OVERRIDES.get(arm, {})
+
+        def objective(lr, arm=arm, over=over):
+            def fit():
+                ctx.progress.log(f"tuning {arm}: lr {lr:.3g} (mu=1, seed {ctx.seed})")
+                loop = _loop(base, tok, spec, arm, over, 1, lr, ctx.seed)
+                return _summarise(loop.run(progress=ctx.progress))
+
+            return tune_objective(memo.compute(f"{arm}/{lr:.6g}", fit))
+
+        tr = bracket(objective, [spec["base_lr"] * g for g in TUNE_GRID], minimize=False,
+                     extend_by=TUNE_EXTEND, cap=TUNE_CAP)
+        lrs[arm] = tr.best
+        out[arm] = {**tr.to_dict(), "param": "lr", "history": tr.history}
+    out["protocol"] = {"start_grid": [spec["base_lr"] * g for g in TUNE_GRID],
+                       "extend_by": TUNE_EXTEND, "cap": TUNE_CAP, "spacing": "x2 (log)",
+                       "seed": ctx.seed, "setting": "mu=1, LR x1",
+                       "objective": "mean training reward, last quarter of rollout batches"}
+    return {"lrs": lrs, "tuning": out}
 
 
 def _spec(ctx: RunContext) -> dict:
@@ -126,7 +200,7 @@ def _spec(ctx: RunContext) -> dict:
         sft_steps=ctx.pick(tiny=200, small=600, full=600),
         settings=settings,
         harsh=settings[-1],
-        arms=[(a, {}) for a in ARMS]
+        arms=[(a, ARM_OVERRIDES.get(a, {})) for a in ARMS]
         + ([("tr_dual δ=0.01", {"delta": 0.01})] if ctx.scale != "tiny" else []),
         n_seeds=int(o.get("seeds", ctx.pick(tiny=1, small=3, full=5))),
         steps=int(o.get("steps", ctx.pick(tiny=5, small=40, full=100))),
@@ -135,18 +209,27 @@ def _spec(ctx: RunContext) -> dict:
         k_eval=ctx.pick(tiny=8, small=16, full=16),
         base_lr=float(o.get("base_lr", 1e-4)),
         delta=float(o.get("delta", 0.05)),
+        tune=str(o.get("tune", ctx.pick(tiny="0", small="1", full="1"))) == "1",
+        lrs={k: float(v) for k, v in json.loads(o.get("tuned_lrs", "{}")).items()},
     )
 
 
 def units(ctx: RunContext) -> list[RunContext]:
-    """One unit per seed (seeds ctx.seed, ctx.seed+1, ...), each with its own out_dir."""
-    n = _spec(ctx)["n_seeds"]
+    """One unit per seed (seeds ctx.seed, ctx.seed+1, ...), each with its own out_dir; the LR
+    tuning (:func:`tune_lrs`) runs here first and travels to every unit in its options."""
+    spec = _spec(ctx)
+    n = spec["n_seeds"]
+    opts = dict(ctx.options)
+    if spec["tune"] and "tuned_lrs" not in opts:
+        t = tune_lrs(ctx, spec)
+        opts["tuned_lrs"] = json.dumps(t["lrs"], sort_keys=True)
+        opts["tuning"] = json.dumps(t["tuning"], sort_keys=True)
     return [
         replace(
             ctx,
             seed=ctx.seed + i,
             out_dir=ctx.out_dir / f"seed{ctx.seed + i}",
-            options={**ctx.options, "seeds": "1"},
+            options={**opts, "seeds": "1"},
         )
         for i in range(n)
     ]
@@ -161,6 +244,9 @@ def run_unit(ctx: RunContext) -> Result:
         for (arm, st), summ in out.items()
     ]
     rows += [{"kind": "query", **q} for q in qstats] + [{"kind": "sft", **info}]
+    rows.append({"kind": "lrs", "lrs": {a: spec["lrs"].get(_lr_key(a), spec["base_lr"])
+                                        for a, _ in spec["arms"]},
+                 "tuning": json.loads(ctx.options.get("tuning", "{}"))})
     return Result(rows=rows, headline=Measure("unit", 0.0), target=0.0)
 
 
@@ -193,7 +279,7 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
     hidden, layers, base_lr = spec["hidden"], spec["layers"], spec["base_lr"]
     eps = 0.5 / (n_eval * k_eval)  # half a success: keeps a ratio finite if a baseline hits 0
     res: dict = {}  # (arm, setting) -> list of per-seed summaries
-    qstats, sft_info = [], []
+    qstats, sft_info, lrs, tuning = [], [], {}, {}
     for r in results:
         for row in r.rows:
             row = dict(row)
@@ -203,6 +289,8 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
                 res.setdefault(key, []).append(row)
             elif kind == "query":
                 qstats.append(row)
+            elif kind == "lrs":
+                lrs, tuning = row["lrs"], row["tuning"]
             else:
                 sft_info.append(row)
     seeds = list(range(len(results)))
@@ -210,13 +298,12 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
     def mean(arm, st, key):
         return float(np.mean([r[key] for r in res[(arm, st)]]))
 
-    baselines = [a for a in ARMS if a != "tr_dual"]
-    best = max(baselines, key=lambda a: mean(a, harsh, "pass@1"))
+    best = max(BASELINES, key=lambda a: mean(a, harsh, "pass@1"))
     ratios = [
         (t["pass@1"] + eps) / (b["pass@1"] + eps)
-        for t, b in zip(res[("tr_dual", harsh)], res[(best, harsh)], strict=True)
+        for t, b in zip(res[(HEADLINE_ARM, harsh)], res[(best, harsh)], strict=True)
     ]
-    value = (mean("tr_dual", harsh, "pass@1") + eps) / (mean(best, harsh, "pass@1") + eps)
+    value = (mean(HEADLINE_ARM, harsh, "pass@1") + eps) / (mean(best, harsh, "pass@1") + eps)
     spread = (float(min(ratios)), float(max(ratios))) if len(ratios) > 1 else None
 
     rows = []
@@ -228,6 +315,7 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
                 "arm": arm,
                 "mu": st[0],
                 "lr_x": st[1],
+                "lr": float(f"{lrs.get(arm, base_lr) * st[1]:.4g}"),
                 "pass@1 start": round(mean(arm, st, "pass@1_0"), 4),
                 "pass@1": round(float(np.mean(p1)), 4),
                 "pass@1 min/max": f"{min(p1):.3f}/{max(p1):.3f}",
@@ -250,6 +338,22 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
         }
     )
     checks = power_checks(res, harsh, base)
+    tuned = bool(tuning)
+    edge = [a for a, t in tuning.items() if a != "protocol" and not t.get("interior", True)]
+    if tuned:
+        tune_note = (
+            "LR tuning (issue 36): every arm bracketed on-policy at (mu, LR x)=(1, 1), seed "
+            f"{tuning['protocol']['seed']}, on the mean training reward of the last quarter of "
+            f"rollout batches (core.stats.bracket, start grid {TUNE_GRID} x base LR, "
+            f"+{TUNE_EXTEND} points per extension, at most {TUNE_CAP}); tuned LRs "
+            + ", ".join(f"{a} {lrs[a]:.3g}" for a in ARMS if a in lrs)
+            + "; each stress setting multiplies the arm's own tuned LR. "
+            + (f"At the grid's edge after the cap: {', '.join(edge)}." if edge
+               else "Every arm's best LR is interior.")
+        )
+    else:
+        tune_note = (f"No LR tuning at this scale (tune=0): every arm uses the base LR {base_lr:g} "
+                     "times the setting's multiplier.")
     figs = _figures(ctx, res, settings, qstats, delta)
     sft_acc = np.mean([i["sft_val_exact"] for i in sft_info])
     notes = [
@@ -260,13 +364,16 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
         "small; too slow on 2 shared cores), SFT-warmed to "
         f"{sft_acc:.0%} sampled exact match on generated add2/chain3 (not reasoning-gym).",
         f"{len(seeds)} seed(s), {steps} rollout batches of {prompts} prompts x G=8, T=1.0, answers "
-        f"<= 4 tokens; base LR {base_lr:g} (Adam), grad-clip 1.0; delta={delta} fixed beforehand.",
+        f"<= 4 tokens; Adam, grad-clip 1.0; delta={delta} fixed beforehand.",
         f"Held-out: {n_eval} test-split prompts x {k_eval} samples; pass@k unbiased; unique correct = "
         "held-out prompts solved by >= 1 sample.",
-        f"Headline at (mu, LR x)={harsh}: best baseline by mean pass@1 = {best}; ratios use +{eps:.1e} "
+        f"Headline at (mu, LR x)={harsh}: {HEADLINE_ARM} (tr_dual with GRPO's std-scaled "
+        "advantages, declared before the run so both sides take steps of one scale; the centred "
+        f"tr_dual is a row) / the best baseline by mean pass@1 = {best}; ratios use +{eps:.1e} "
         "(half a success) on both sides; spread = min/max of seed-paired ratios.",
+        tune_note,
         "Collapse = final entropy < 10% of initial or final smoothed reward < 50% of its peak.",
-        "Power checks: control = GRPO at the harshest setting vs on-policy GRPO (mu=1, base LR), "
+        "Power checks: control = GRPO at the harshest setting vs on-policy GRPO (mu=1, LR x1), "
         "pass@1 min/max over seeds (needs the (1, 1) setting and >= 2 seeds); floor = the base "
         "policy's held-out pass@1 before RL (the step-0 evaluation, the same policy for every "
         "arm of a seed), min/max over seeds, against every arm at the harshest setting.",
@@ -275,7 +382,7 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
     return Result(
         rows=rows,
         headline=Measure(
-            f"held-out pass@1, tr_dual / best baseline at mu={harsh[0]}, LR x{harsh[1]}",
+            f"held-out pass@1, {HEADLINE_ARM} / best baseline at mu={harsh[0]}, LR x{harsh[1]}",
             float(value),
             "x",
             spread,
@@ -285,6 +392,7 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
         notes=notes,
         figures=figs,
         power=checks,
+        tuning=tuning or None,
     )
 
 
@@ -301,7 +409,7 @@ def _range(xs):
 
 
 def power_checks(res: dict, harsh: tuple, base: list[float]) -> list:
-    """Control: stressed GRPO vs on-policy GRPO at the base LR (pass@1, min/max over seeds; needs
+    """Control: stressed GRPO vs on-policy GRPO at LR x1 (pass@1, min/max over seeds; needs
     the (1, 1) setting and >= 2 seeds). Floor: the base policy's held-out pass@1 before RL
     (min/max over seeds) against every arm at the harshest setting."""
     from icml26.core import power
@@ -311,7 +419,7 @@ def power_checks(res: dict, harsh: tuple, base: list[float]) -> list:
         ctl = power.not_measured(
             "control",
             f"this scale runs only the setting mu={harsh[0]}, LR x{harsh[1]}: no on-policy GRPO "
-            "at the base LR to compare the stressed GRPO with (small and full run mu=1, LR x1)",
+            "at LR x1 to compare the stressed GRPO with (small and full run mu=1, LR x1)",
         )
     elif len(stressed) < 2:
         ctl = power.not_measured(
