@@ -84,3 +84,13 @@ def collate_rows(rows):
     from icml26.uds.loop import Encoded
 
     return collate([Encoded(r, list(r)) for r in rows], 0)
+
+
+def test_trainer_rejects_a_budget_outside_unit_interval():
+    import pytest
+
+    from icml26.uds.hf import OnlineSelectionTrainer
+
+    for budget in (0.0, 1.5):
+        with pytest.raises(ValueError, match=rf"budget must be in \(0, 1\]; got {budget}"):
+            OnlineSelectionTrainer(selector=UDSSelector(), budget=budget)

@@ -1,18 +1,23 @@
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from icml26.uds.scores import (
     EmbeddingFIFO,
     FJLTProjector,
+    compact_rows,
     gram,
     nuclear_norm,
     token_loss_and_gradnorm,
 )
+from icml26.uds.selectors import UDSSelector
 
 
 @settings(max_examples=40, deadline=None)
@@ -97,3 +102,166 @@ def test_gradnorm_closed_form_equals_autograd():
     got_loss, got_norm = token_loss_and_gradnorm(logits.detach(), y, hid, chunk=3)
     assert float(got_loss) == pytest.approx(float(loss.detach()), rel=1e-12)
     assert float(got_norm) == pytest.approx(float(grad.norm()), rel=1e-10)
+
+
+# ---- batched scoring (issue 36): one padded (B, N, V) pass against a per-candidate reference ----
+
+
+class _FixedLogits(torch.nn.Module):
+    """A stand-in causal LM that returns fixed (B, T, V) logits, pad rows included."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.fixed = logits
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # device lookup
+
+    def forward(self, input_ids, attention_mask=None):
+        return SimpleNamespace(logits=self.fixed)
+
+
+def _ragged_batch(seed: int, b: int, t: int, v: int, side: str, dtype=torch.float64):
+    """Random logits for every position (pad rows too, large, so scoring one would show) and a
+    batch of ragged lengths with a prompt (labels -100) before each response, padded on ``side``."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(b, t, v, generator=g, dtype=torch.float64) * 3 - 1
+    ids = torch.randint(0, v, (b, t), generator=g)
+    attn = torch.zeros(b, t, dtype=torch.long)
+    labels = torch.full((b, t), -100)
+    for i in range(b):
+        n = int(torch.randint(2, t + 1, (1,), generator=g))
+        prompt = int(torch.randint(0, n - 1, (1,), generator=g))
+        start = 0 if side == "right" else t - n
+        attn[i, start : start + n] = 1
+        labels[i, start + prompt : start + n] = ids[i, start + prompt : start + n]
+        logits[i, :start] *= 50  # pad rows on the left
+        logits[i, start + n :] *= 50  # and on the right
+    labels[1] = -100  # a candidate with no scored token
+    batch = {"input_ids": ids, "attention_mask": attn, "labels": labels}
+    return logits.to(dtype), batch
+
+
+def _reference_terms(logits: torch.Tensor, batch: dict, proj: FJLTProjector, queue: torch.Tensor):
+    """Per candidate, float64: the rows t with attention_mask[t] and labels[t + 1] != -100;
+    svdvals for the nuclear norm, the FFT route for the FJLT, numpy for the distances."""
+    intra, emb = [], []
+    for i in range(logits.shape[0]):
+        keep = [
+            t
+            for t in range(logits.shape[1] - 1)
+            if batch["attention_mask"][i, t] and batch["labels"][i, t + 1] != -100
+        ]
+        rows = logits[i, keep].double()
+        intra.append(float(torch.linalg.svdvals(rows).sum()) if keep else 0.0)
+        emb.append(proj.project_fft(rows[None])[0])
+    emb = torch.stack(emb)
+    q = queue.double().numpy()
+    inter = [np.mean([np.linalg.norm(e - r) for r in q]) for e in emb.numpy()]
+    return torch.tensor(intra, dtype=torch.float64), torch.tensor(inter), emb
+
+
+def _uds_with_queue(v: int, t: int, queue: torch.Tensor) -> UDSSelector:
+    sel = UDSSelector(max_len=t, r_time=4, r_vocab=16, seed=5, chunk=7, queue_size=64)
+    sel.fifo.push(queue)
+    return sel
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_batched_uds_terms_equal_per_candidate_float64_reference(side):
+    b, t, v = 6, 12, 37
+    logits, batch = _ragged_batch(0, b, t, v, side)
+    queue = torch.randn(5, 4 * 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    sel = _uds_with_queue(v, t, queue)
+    intra, inter, emb = sel.terms(_FixedLogits(logits), batch)
+    ref_intra, ref_inter, ref_emb = _reference_terms(logits, batch, sel.projector, queue)
+    torch.testing.assert_close(intra, ref_intra, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(emb, ref_emb, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(inter, ref_inter, rtol=1e-9, atol=1e-9)
+    assert intra[1] == 0 and not emb[1].any()  # no scored token: both terms of a zero matrix
+
+
+class _Record(TorchDispatchMode):
+    """Every aten call's name (``calls``) and outputs as (op name, dtype, shape) (``ops``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+        self.ops: list[tuple[str, torch.dtype, tuple]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.calls.append(str(func))
+        for x in tree_flatten(out)[0]:
+            if isinstance(x, torch.Tensor):
+                self.ops.append((str(func), x.dtype, tuple(x.shape)))
+        return out
+
+
+def test_uds_scoring_does_not_loop_over_candidates():
+    """The same aten ops run for 3 and for 6 candidates: nothing is done once per candidate."""
+    t, v = 12, 37
+    queue = torch.randn(5, 64, dtype=torch.float64)
+    counts = []
+    for b in (3, 6):
+        logits, batch = _ragged_batch(2, b, t, v, "right")
+        sel = _uds_with_queue(v, t, queue)
+        sel.terms(_FixedLogits(logits), batch)  # builds the projector's matrices
+        with _Record() as rec:
+            sel.terms(_FixedLogits(logits), batch)
+        counts.append(len(rec.calls))
+        assert sum("linalg_eigh" in op for op in rec.calls) == 1
+    assert counts[0] == counts[1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_uds_terms_in_the_logits_dtype_match_float64(dtype):
+    """fp32/bf16 logits: no float64 vocabulary chunk anywhere (float64 only for the (N, N) Gram
+    sums, eigenvalues and distances); the projection's vocabulary-sized intermediates stay in
+    the logits' dtype; the terms match the float64 reference on the same (rounded) values within
+    the dtype's tolerance."""
+    b, t, v, chunk = 5, 12, 300, 50  # chunk != the embedding size 64, so shapes tell them apart
+    logits, batch = _ragged_batch(3, b, t, v, "left", dtype=dtype)
+    queue = torch.randn(5, 64, generator=torch.Generator().manual_seed(4))
+    sel = _uds_with_queue(v, t, queue)
+    sel.chunk = chunk
+    model = _FixedLogits(logits)
+    sel.terms(model, batch)  # builds the projector's matrices for this dtype
+    with _Record() as rec:
+        intra, inter, emb = sel.terms(model, batch)
+    chunk64 = [o for o in rec.ops if o[1] == torch.float64 and o[2] and o[2][-1] == chunk]
+    assert chunk64 == []  # the old Gram made a float64 copy of every (n, chunk) block
+    rows, _ = compact_rows(logits, torch.tensor(_scored_mask(batch)))
+    with _Record() as proj_ops:
+        sel.projector.project(rows, chunk)
+    vocab_sized = [o for o in proj_ops.ops if o[2] and o[2][-1] == chunk]
+    assert vocab_sized and all(o[1] == dtype for o in vocab_sized)  # no upcast chunk
+    ref_intra, ref_inter, ref_emb = _reference_terms(logits, batch, sel.projector, queue)
+    assert emb.dtype == torch.float32
+    rtol = {torch.float32: 1e-5, torch.bfloat16: 1.5e-2}[dtype]  # bf16: ~4 ulps
+    torch.testing.assert_close(intra, ref_intra, rtol=1e-6, atol=1e-6)  # fp32 Gram either way
+    err = (emb.double() - ref_emb).norm(dim=-1) / ref_emb.norm(dim=-1).clamp_min(1e-12)
+    assert float(err.max()) <= rtol
+    torch.testing.assert_close(inter, ref_inter, rtol=rtol, atol=0)
+
+
+def _scored_mask(batch: dict) -> list[list[bool]]:
+    lab, attn = batch["labels"], batch["attention_mask"]
+    return [
+        [
+            bool(t + 1 < lab.shape[1] and lab[i, t + 1] != -100 and attn[i, t])
+            for t in range(lab.shape[1])
+        ]
+        for i in range(lab.shape[0])
+    ]
+
+
+def test_compact_rows_moves_selected_rows_first_and_zeros_the_rest():
+    x = torch.arange(2 * 4 * 3, dtype=torch.float32).view(2, 4, 3) + 1
+    mask = torch.tensor([[False, True, False, True], [True, True, True, False]])
+    out, lengths = compact_rows(x, mask)
+    assert lengths.tolist() == [2, 3] and out.shape == (2, 3, 3)
+    torch.testing.assert_close(out[0], torch.stack([x[0, 1], x[0, 3], torch.zeros(3)]))
+    torch.testing.assert_close(out[1], x[1, :3])
+    empty, n0 = compact_rows(x, torch.zeros(2, 4, dtype=torch.bool))
+    assert empty.shape == (2, 0, 3) and n0.tolist() == [0, 0]
+    with pytest.raises(ValueError, match="mask"):
+        compact_rows(x, mask[:, :3])

@@ -222,3 +222,27 @@ def test_pool_composition_and_disjoint_held_out():
     assert make_pool(cfg, seed=3) == (pool, test)
     with pytest.raises(ValueError, match="noise_frac"):
         PoolConfig(noise_frac=1.0)
+
+
+@pytest.mark.parametrize("budget", [0.0, -0.25, 1.5, float("nan")])
+def test_budget_outside_unit_interval_is_an_error_naming_option_and_value(tmp_path, budget):
+    from typer.testing import CliRunner
+
+    from icml26.core.claims import RunContext
+    from icml26.uds.claim import scale_for
+    from icml26.uds.cli import app
+
+    shown = f"{budget:g}"
+    with pytest.raises(ValueError, match=rf"budget must be in \(0, 1\]; got {shown}"):
+        budget_k(budget, 8)
+    with pytest.raises(ValueError, match=rf"budget must be in \(0, 1\]; got {shown}"):
+        TrainConfig(budget=budget)
+    # the command line names the flag, before any model is loaded
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "a", "response": "b"}) + "\n")
+    res = CliRunner().invoke(app, ["sft", "--data", str(data), "-o", str(tmp_path / "o"),
+                                   "--budget", str(budget)])  # fmt: skip
+    assert isinstance(res.exception, UserError)
+    assert str(res.exception) == f"--budget must be in (0, 1]; got {shown}"
+    with pytest.raises(UserError, match=rf"option budgets: each budget must be in \(0, 1\]; got {shown}"):
+        scale_for(RunContext(scale="tiny", options={"budgets": f"0.25,{budget}"}))

@@ -128,6 +128,9 @@ def scale_for(ctx: RunContext) -> Scale:
         sc = replace(sc, lrs=_float_list(ctx, "lrs"))
     if "budgets" in ctx.options:  # e.g. budgets=0.25 to run the headline budget only
         budgets = _float_list(ctx, "budgets")
+        for b in budgets:
+            if not 0 < b <= 1:
+                raise UserError(f"option budgets: each budget must be in (0, 1]; got {b:g}")
         if sc.ablation_budget not in budgets:
             raise UserError(
                 f"option budgets must include the headline budget {sc.ablation_budget:g}"

@@ -56,6 +56,8 @@ def sft(
     """Fine-tune MODEL on DATA, keeping BUDGET of every step's candidates as chosen by SELECTOR."""
     from icml26.core.errors import UserError
 
+    if not 0 < budget <= 1:
+        raise UserError(f"--budget must be in (0, 1]; got {budget:g}")
     if not data.exists():
         raise UserError(f"--data {data}: no such file")
     import torch

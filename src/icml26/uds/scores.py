@@ -4,12 +4,17 @@ Batch Selection for LLM Supervised Fine-tuning"; official code gfyddha/UDS).
 For one candidate with scored logits ``L`` of shape (n, V) (n scored tokens, V vocabulary):
 
 - intra-sample score ``s_intra = ||L||_* = sum_j sigma_j(L)`` (utility and intra-sample
-  diversity), computed as ``sum sqrt(eig(L L^T))`` on the (n, n) Gram matrix accumulated over
-  vocabulary chunks in float64, never an (n, V) SVD;
+  diversity), computed as ``sum sqrt(eig(L L^T))`` on the (n, n) Gram matrix, accumulated over
+  vocabulary chunks (fp32 products, float64 only for the (n, n) sum and its eigenvalues), never
+  an (n, V) SVD;
 - inter-sample score ``s_inter`` = mean Euclidean distance from the candidate's bilinear fast
   Johnson-Lindenstrauss embedding ``E = S_t^T L S_v`` (r_time x r_vocab) to a FIFO of the
   embeddings of past *selected* samples (0 while the FIFO is empty);
 - ``s = s_intra + alpha * s_inter``; keep the top K.
+
+Candidates are scored together (:func:`uds_terms`): per vocabulary chunk their scored rows are
+gathered into one padded (B, N, chunk) block; padding slots are masked (a zero row adds nothing to
+``L L^T`` or to the embedding), so every term is that of the candidate's own (n_i, V) matrix.
 
 Also: per-sample mean token loss (MaxLoss) and the closed-form per-sample gradient norm of the
 LM-head weight (GradNorm), both computed chunk-wise over the vocabulary.
@@ -31,29 +36,69 @@ def _chunks(v: int, chunk: int):
         yield start, min(start + chunk, v)
 
 
-def gram(logits: torch.Tensor, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
-    """``L L^T`` in float64 for logits of shape (..., n, V), accumulated over vocabulary chunks.
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 for float64 inputs, else float32 (what chunk products are summed in)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
-    Only a (..., n, chunk) float64 slice is materialized at a time. Returns (..., n, n) float64.
+
+def gram(logits: torch.Tensor, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """``L L^T`` for logits of shape (..., n, V), accumulated over vocabulary chunks.
+
+    Each chunk's product is formed in float32 (float64 for float64 logits; bf16/fp16 chunks are
+    raised to float32, whose mantissa the Gram needs: on random 64 x 8192 bf16 logits a bf16 Gram
+    moved the nuclear norm by 4e-3 relative, a float32 one by 1e-6) and added into a (..., n, n)
+    float64 sum; no float64 vocabulary chunk is ever made. Returns (..., n, n) float64.
     """
     n, v = logits.shape[-2], logits.shape[-1]
+    work = _acc_dtype(logits.dtype)
     out = logits.new_zeros((*logits.shape[:-2], n, n), dtype=torch.float64)
     for a, b in _chunks(v, chunk):
-        part = logits[..., a:b].to(torch.float64)
-        out += part @ part.transpose(-1, -2)
+        part = logits[..., a:b].to(work)  # (..., n, chunk); no copy for float32 logits
+        out += (part @ part.transpose(-1, -2)).double()
     return out
 
 
 def nuclear_norm(logits: torch.Tensor, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
-    """Nuclear norm ``sum_j sigma_j`` of each (n, V) matrix, via the Gram route (float64).
+    """Nuclear norm ``sum_j sigma_j`` of each (n, V) matrix, via the Gram route.
 
-    ``logits``: (..., n, V), any float dtype. Returns (...) float64. Zero rows (masked tokens)
-    add only zero singular values, so the result ignores them exactly.
+    ``logits``: (..., n, V), any float dtype; batch several candidates by zero-padding their rows
+    (:func:`compact_rows`). Returns (...) float64. Zero rows (masked tokens) add only zero
+    singular values, so the result ignores them exactly.
     """
-    if logits.shape[-2] == 0:
-        return logits.new_zeros(logits.shape[:-2], dtype=torch.float64)
-    eig = torch.linalg.eigvalsh(gram(logits, chunk))
-    return eig.clamp_min(0).sqrt().sum(-1)
+    return _nuclear_from_gram(gram(logits, chunk))
+
+
+def _nuclear_from_gram(g: torch.Tensor) -> torch.Tensor:
+    """``sum sqrt(eig(G))`` of (..., n, n) float64 Gram matrices (clamped at 0) -> (...)."""
+    if g.shape[-1] == 0:
+        return g.new_zeros(g.shape[:-2])
+    return torch.linalg.eigvalsh(g).clamp_min(0).sqrt().sum(-1)
+
+
+def _scored_index(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For a (B, T) bool mask: ``order`` (B, N) the selected positions first, in sequence order
+    (padding slots repeat the row's first position), ``keep`` (B, N) bool, ``lengths`` (B,)."""
+    lengths = mask.sum(1)
+    n = int(lengths.max()) if lengths.numel() else 0
+    # a stable sort of "not selected" puts the selected positions first, in sequence order
+    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :n]  # (B, N)
+    keep = torch.arange(n, device=mask.device)[None, :] < lengths[:, None]  # (B, N)
+    return torch.where(keep, order, order[:, :1]), keep, lengths
+
+
+def compact_rows(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Move each row's selected positions to the front, in order, and zero the rest.
+
+    ``x``: (B, T, ...) ; ``mask``: (B, T) bool. Returns ``(out, lengths)``: ``out`` (B, N, ...)
+    with N = max(lengths), ``out[i, :lengths[i]] = x[i, mask[i]]`` and zeros after;
+    ``lengths`` (B,) long. (:func:`uds_terms` does this chunk by chunk instead, without the copy.)
+    """
+    if mask.shape != x.shape[:2]:
+        raise ValueError(f"mask {tuple(mask.shape)} does not match x {tuple(x.shape[:2])}")
+    order, keep, lengths = _scored_index(mask.to(device=x.device, dtype=torch.bool))
+    out = x[torch.arange(x.shape[0], device=x.device)[:, None], order]  # (B, N, ...)
+    out.masked_fill_(~keep.view(*keep.shape, *([1] * (x.dim() - 2))), 0)
+    return out, lengths
 
 
 class FJLTProjector:
@@ -67,6 +112,9 @@ class FJLTProjector:
             scored tokens are zero). r_time, r_vocab: output sizes (official 8 and 128).
         seed: draws the +-1 signs and the selected frequencies once (a torch.Generator).
         replace: draw the frequencies with replacement (the official ``randint``); default False.
+        dtype: the dtype the projection runs in; None (default) follows the logits (bf16 logits
+            are projected in bf16), a dtype casts each vocabulary chunk to it.
+        device: where the cosine matrices are first built (they follow the logits anyway).
     """
 
     def __init__(
@@ -78,7 +126,7 @@ class FJLTProjector:
         *,
         seed: int = 0,
         replace: bool = False,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         device: str | torch.device = "cpu",
     ):
         for name, value in (
@@ -95,6 +143,7 @@ class FJLTProjector:
                 f"vocab={vocab}, r_time={r_time}, max_len={max_len}"
             )
         self.vocab, self.max_len, self.r_time, self.r_vocab = vocab, max_len, r_time, r_vocab
+        self.dtype = dtype
         g = torch.Generator().manual_seed(seed)
         self.sign_vocab = torch.randint(0, 2, (vocab,), generator=g).double() * 2 - 1
         self.sign_time = torch.randint(0, 2, (max_len,), generator=g).double() * 2 - 1
@@ -104,34 +153,52 @@ class FJLTProjector:
         else:
             self.idx_vocab = torch.randperm(vocab, generator=g)[:r_vocab]
             self.idx_time = torch.randperm(max_len, generator=g)[:r_time]
-        self.cos_vocab = _cos_matrix(
-            self.sign_vocab, self.idx_vocab, math.sqrt(vocab / r_vocab)
-        ).to(device, dtype)
-        self.cos_time = _cos_matrix(self.sign_time, self.idx_time, math.sqrt(max_len / r_time)).to(
-            device, dtype
-        )
+        self._mats: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        if dtype is not None:
+            self.cos_matrices(dtype, device)
 
     @property
     def dim(self) -> int:
         return self.r_time * self.r_vocab
 
-    def project(self, logits: torch.Tensor, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
-        """(B, n, V) logits whose n <= max_len rows sit at time positions 0..n-1 (the rest of the
-        T rows are zero) -> (B, r_time * r_vocab) embeddings in the projector's dtype."""
-        if logits.shape[-1] != self.vocab:
-            raise ValueError(
-                f"logits have vocabulary {logits.shape[-1]}, projector expects {self.vocab}"
-            )
-        n = logits.shape[-2]
+    def cos_matrices(self, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos_vocab (V, r_vocab), cos_time (T, r_time)) in ``dtype`` on ``device``, built once
+        from float64 cosines and cached per (dtype, device)."""
+        key = (dtype, str(torch.device(device)))
+        if key not in self._mats:
+            cv = _cos_matrix(self.sign_vocab, self.idx_vocab, math.sqrt(self.vocab / self.r_vocab))
+            ct = _cos_matrix(self.sign_time, self.idx_time, math.sqrt(self.max_len / self.r_time))
+            self._mats[key] = (cv.to(device, dtype), ct.to(device, dtype))
+        return self._mats[key]
+
+    def check(self, vocab: int, n: int) -> None:
+        """ValueError unless the logits have this vocabulary and n <= max_len scored rows."""
+        if vocab != self.vocab:
+            raise ValueError(f"logits have vocabulary {vocab}, projector expects {self.vocab}")
         if n > self.max_len:
             raise ValueError(f"sequence of {n} scored tokens exceeds max_len={self.max_len}")
-        cv = self.cos_vocab
-        right = logits.new_zeros(
-            (*logits.shape[:-1], self.r_vocab), dtype=cv.dtype
-        )  # (B, n, r_vocab)
+
+    def project(self, logits: torch.Tensor, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+        """(B, n, V) logits whose n <= max_len rows sit at time positions 0..n-1 (the rest of the
+        T rows are zero; zero-padded rows of a batch are exact) -> (B, r_time * r_vocab).
+
+        Computed as ``(C_t[:n]^T L) C_v`` over vocabulary chunks, time side first (r_time << n, so
+        r_vocab / r_time = 16 x fewer multiply-adds than ``L C_v`` first at the official sizes).
+        Chunks stay in the projection dtype (the logits' own by default: no float32/64 copy of a
+        bf16 chunk); only the (B, r_time, r_vocab) sum is float32 (float64 for float64 logits),
+        which is the returned dtype.
+        """
+        n = logits.shape[-2]
+        self.check(logits.shape[-1], n)
+        work = self.dtype or logits.dtype
+        cv, ct = self.cos_matrices(work, logits.device)
+        left = ct[:n].transpose(0, 1)  # (r_time, n)
+        out = logits.new_zeros(
+            (*logits.shape[:-2], self.r_time, self.r_vocab), dtype=_acc_dtype(work)
+        )
         for a, b in _chunks(self.vocab, chunk):
-            right += logits[..., a:b].to(cv.dtype) @ cv[a:b]
-        out = self.cos_time[:n].transpose(0, 1) @ right  # (B, r_time, r_vocab)
+            part = logits[..., a:b].to(work)  # (B, n, chunk); a view unless dtype was forced
+            out += (left @ part) @ cv[a:b]  # (B, r_time, chunk) @ (chunk, r_vocab)
         return out.flatten(-2)
 
     def project_fft(self, logits: torch.Tensor) -> torch.Tensor:
@@ -153,6 +220,48 @@ def _cos_matrix(sign: torch.Tensor, idx: torch.Tensor, scale: float) -> torch.Te
     # (k * v) mod n keeps the angle argument small, so float64 cosines stay exact at V ~ 1e5.
     phase = (pos[:, None] * idx[None, :].double()) % n
     return sign[:, None] * torch.cos(2 * math.pi * phase / n) * scale  # (n, r)
+
+
+def uds_terms(
+    logits: torch.Tensor, mask: torch.Tensor, projector: FJLTProjector, chunk: int = DEFAULT_CHUNK
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Nuclear norm and FJLT embedding of B candidates at once, in one pass over the vocabulary.
+
+    ``logits``: (B, T, V) any float dtype; ``mask``: (B, T) bool, the rows to score (candidate
+    i's ``mask[i].sum()`` rows, taken in sequence order and placed at time positions 0..n_i-1).
+    Per vocabulary chunk the scored rows are gathered into a (B, N, chunk) block (N = the most
+    scored rows; no (B, N, V) copy), which feeds both the Gram (float32 products, float64 sums)
+    and the projection (in the projector's dtype, by default the logits'). Padding slots of a
+    shorter candidate are masked out: their Gram rows and columns are zeroed and their time
+    weights are 0, so each candidate's terms are those of its own (n_i, V) matrix.
+
+    Returns ``(nuclear (B,) float64, embeddings (B, r_time * r_vocab), lengths (B,) long)``;
+    the embeddings are float32 (float64 for float64 logits).
+    """
+    if logits.dim() != 3 or mask.shape != logits.shape[:2]:
+        raise ValueError(
+            f"expected logits (B, T, V) and mask (B, T); got {tuple(logits.shape)}, "
+            f"{tuple(mask.shape)}"
+        )
+    bsz, t, v = logits.shape
+    order, keep, lengths = _scored_index(mask.to(device=logits.device, dtype=torch.bool))
+    n = order.shape[1]
+    projector.check(v, n)
+    gram_dt = _acc_dtype(logits.dtype)
+    proj_dt = projector.dtype or logits.dtype
+    cv, ct = projector.cos_matrices(proj_dt, logits.device)
+    left = (ct[:n] * keep[..., None].to(proj_dt)).transpose(1, 2)  # (B, r_time, N); pads weigh 0
+    flat = (order + torch.arange(bsz, device=logits.device)[:, None] * t).reshape(-1)  # (B * N,)
+    rows = logits.reshape(bsz * t, v)
+    g = logits.new_zeros((bsz, n, n), dtype=torch.float64)
+    emb = logits.new_zeros((bsz, projector.r_time, projector.r_vocab), dtype=_acc_dtype(proj_dt))
+    for a, b in _chunks(v, chunk):
+        part = rows[:, a:b].index_select(0, flat).view(bsz, n, b - a)  # (B, N, chunk)
+        p = part.to(gram_dt)  # no copy for float32 / float64 logits
+        g += (p @ p.transpose(-1, -2)).double()
+        emb += (left @ part.to(proj_dt)) @ cv[a:b]  # (B, r_time, chunk) @ (chunk, r_vocab)
+    g.masked_fill_(~(keep[:, :, None] & keep[:, None, :]), 0)
+    return _nuclear_from_gram(g), emb.flatten(-2), lengths
 
 
 class EmbeddingFIFO:
@@ -182,6 +291,31 @@ class EmbeddingFIFO:
         if self._items is None:
             return emb.new_zeros(emb.shape[0], dtype=torch.float64)
         return torch.cdist(emb.double(), self._items.double()).mean(-1)
+
+
+def all_gather_rows(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Concatenate every rank's (k_r, ...) rows in rank order (rank 0's first); ranks may hold
+    different k_r. Without an initialised ``torch.distributed`` (or with one rank) returns ``x``.
+
+    Two collectives: the row counts, then the rows padded to the largest count. Every rank must
+    call it (it is collective). Under NCCL ``x`` must be on the rank's CUDA device.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return x
+    world = dist.get_world_size(group)
+    if world == 1:
+        return x
+    count = torch.tensor([x.shape[0]], device=x.device, dtype=torch.long)
+    counts = [torch.empty_like(count) for _ in range(world)]
+    dist.all_gather(counts, count, group=group)
+    sizes = [int(c) for c in counts]
+    padded = x.new_zeros((max(sizes), *x.shape[1:]))
+    padded[: x.shape[0]] = x
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded.contiguous(), group=group)
+    return torch.cat([p[:k] for p, k in zip(parts, sizes, strict=True)])
 
 
 def token_loss_and_gradnorm(

@@ -25,8 +25,9 @@ from icml26.uds.scores import (
     DEFAULT_CHUNK,
     EmbeddingFIFO,
     FJLTProjector,
-    nuclear_norm,
+    all_gather_rows,
     token_loss_and_gradnorm,
+    uds_terms,
 )
 
 SCORE_MODES = ("eval", "train")
@@ -79,14 +80,9 @@ def _takes_position_ids(model) -> bool:
         return False
 
 
-def scored_rows(model, batch: dict, *, need_hidden: bool = False,
-                score_mode: str = "eval") -> ScoredRows:
-    """One no-grad forward; the logits rows (and LM-head inputs) that predict trained labels.
-
-    A row ``t`` is scored when ``labels[t + 1] != -100`` and ``attention_mask[t] == 1``.
-    ``score_mode``: ``"eval"`` (dropout off; default) or ``"train"`` (the module's train mode,
-    dropout on, as the official scorer); the model's own mode is restored afterwards.
-    """
+def _forward(model, batch: dict, *, need_hidden: bool, score_mode: str):
+    """One no-grad forward -> (logits (B, T, V), scored mask (B, T) bool, labels (B, T), LM-head
+    inputs (B, T, H) or None)."""
     check_score_mode(score_mode)
     for key in ("input_ids", "labels"):
         if key not in batch:
@@ -123,13 +119,28 @@ def scored_rows(model, batch: dict, *, need_hidden: bool = False,
         )
     mask = torch.zeros_like(labels, dtype=torch.bool)
     mask[:, :-1] = (labels[:, 1:] != -100) & (attn[:, :-1] != 0)
+    return logits, mask, labels, (captured[0] if need_hidden else None)
+
+
+def scored_rows(
+    model, batch: dict, *, need_hidden: bool = False, score_mode: str = "eval"
+) -> ScoredRows:
+    """One no-grad forward; the logits rows (and LM-head inputs) that predict trained labels.
+
+    A row ``t`` is scored when ``labels[t + 1] != -100`` and ``attention_mask[t] == 1``.
+    ``score_mode``: ``"eval"`` (dropout off; default) or ``"train"`` (the module's train mode,
+    dropout on, as the official scorer); the model's own mode is restored afterwards.
+    """
+    logits, mask, labels, hidden = _forward(
+        model, batch, need_hidden=need_hidden, score_mode=score_mode
+    )
     rows = ScoredRows([], [], [] if need_hidden else None)
     for i in range(labels.shape[0]):
         pos = torch.nonzero(mask[i]).squeeze(1)
         rows.logits.append(logits[i, pos])
         rows.targets.append(labels[i, pos + 1])
         if need_hidden:
-            rows.hidden.append(captured[0][i, pos])
+            rows.hidden.append(hidden[i, pos])
     return rows
 
 
@@ -235,6 +246,12 @@ class UDSSelector(_Base):
         use_intra, use_inter: ablations (UDS intra-only / inter-only).
         chunk: vocabulary chunk for the Gram and projection accumulations.
         score_mode: "eval" (default; dropout off) or "train" (dropout on, the official scorer).
+        sync_fifo: under an initialised ``torch.distributed``, all-gather every rank's picks into
+            every rank's FIFO (default True: the novelty term sees the global history).
+
+    Scoring math is batched over the candidates (:func:`~icml26.uds.scores.uds_terms`: padded,
+    masked (B, N, chunk) blocks, no Python loop over candidates); the FJLT runs in the logits'
+    dtype, the Gram in float32 products with float64 (N, N) sums.
     """
 
     def __init__(
@@ -251,6 +268,7 @@ class UDSSelector(_Base):
         use_inter: bool = True,
         chunk: int = DEFAULT_CHUNK,
         score_mode: str = "eval",
+        sync_fifo: bool = True,
     ):
         self.score_mode = check_score_mode(score_mode)
         if not alpha >= 0:
@@ -262,6 +280,7 @@ class UDSSelector(_Base):
         self.alpha, self.max_len, self.seed = alpha, max_len, seed
         self.r_time, self.r_vocab, self.length_norm = r_time, r_vocab, length_norm
         self.use_intra, self.use_inter, self.chunk = use_intra, use_inter, chunk
+        self.sync_fifo = sync_fifo
         self.fifo = EmbeddingFIFO(queue_size)
         self.projector: FJLTProjector | None = None
         self.stats = UDSStats()
@@ -283,20 +302,24 @@ class UDSSelector(_Base):
 
     def terms(self, model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(intra (B,), inter (B,), embeddings (B, r_time * r_vocab)); no state change."""
-        rows = scored_rows(model, batch, score_mode=self.score_mode)
-        vocab = rows.logits[0].shape[-1]
-        proj = self._projector(vocab, rows.logits[0].device)
-        intra, emb = [], []
-        for lg in rows.logits:
-            nn_ = nuclear_norm(lg, self.chunk)
-            if self.length_norm == "tokens":
-                nn_ = nn_ / max(lg.shape[0], 1)
-            intra.append(nn_.cpu())
-            emb.append(proj.project(lg[None], self.chunk)[0])
-        emb_t = torch.stack(emb)
-        inter = self.fifo.mean_distance(emb_t).cpu()
-        self.stats.n_tokens += [lg.shape[0] for lg in rows.logits]
-        return torch.stack(intra), inter, emb_t
+        logits, mask, _, _ = _forward(model, batch, need_hidden=False, score_mode=self.score_mode)
+        intra, emb, lengths = self.terms_from_logits(logits, mask)
+        inter = self.fifo.mean_distance(emb).cpu()
+        self.stats.n_tokens += lengths.tolist()
+        return intra, inter, emb
+
+    def terms_from_logits(
+        self, logits: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The batched math on a forward's (B, T, V) logits and its (B, T) scored-row mask
+        (:func:`~icml26.uds.scores.uds_terms`: no loop over candidates): (intra (B,) float64 on
+        CPU, embeddings (B, r_time * r_vocab), scored rows per candidate (B,) long)."""
+        proj = self._projector(logits.shape[-1], logits.device)
+        intra, emb, lengths = uds_terms(logits, mask, proj, self.chunk)
+        intra = intra.cpu()
+        if self.length_norm == "tokens":
+            intra = intra / lengths.cpu().clamp_min(1)
+        return intra, emb, lengths
 
     def scores(self, model, batch: dict) -> torch.Tensor:
         intra, inter, emb = self.terms(model, batch)
@@ -311,16 +334,26 @@ class UDSSelector(_Base):
         return s
 
     def observe(self, chosen: torch.Tensor) -> None:
+        """Push the chosen candidates' embeddings to the FIFO. Under an initialised
+        ``torch.distributed`` (and ``sync_fifo``) every rank's picks are all-gathered first and
+        pushed in rank order, so all ranks keep the same, global FIFO (a collective: every rank
+        must call ``observe`` once per selection)."""
         if not self._pending:
             return
         emb = torch.cat(self._pending)
         self._pending = []
-        self.fifo.push(emb[chosen.to(emb.device)])
+        picked = emb[chosen.to(emb.device)]
+        self.fifo.push(all_gather_rows(picked) if self.sync_fifo else picked)
 
 
 def make_selector(
-    name: str, *, seed: int = 0, max_len: int = 512, reference_model=None,
-    score_mode: str = "eval", **uds_kwargs
+    name: str,
+    *,
+    seed: int = 0,
+    max_len: int = 512,
+    reference_model=None,
+    score_mode: str = "eval",
+    **uds_kwargs,
 ) -> Selector:
     """Factory: one of :data:`SELECTORS`; unknown names raise ValueError listing the choices.
     ``score_mode`` ("eval" | "train") goes to every selector that runs the model."""
