@@ -47,6 +47,15 @@ def _worker(rank: int, port: int, out: str) -> None:
             local.append(emb[chosen])
         # ragged all-gather on its own: rank r sends r + 1 rows of value r
         rows = all_gather_rows(torch.full((rank + 1, 2), float(rank)))
+        # a step where rank 1 scored nothing: it must still take part (no hang), and both FIFOs
+        # get rank 0's pick
+        if rank == 0:
+            model.logits, batch = _batch(rank, 2)
+            emb = sel.terms(model, batch)[2]
+            chosen = sel.select(model, batch, 1)
+            local.append(emb[chosen])
+        else:
+            sel.observe(torch.zeros(0, dtype=torch.long))
         torch.save({"fifo": sel.fifo.items, "local": local, "rows": rows}, f"{out}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -63,8 +72,9 @@ def test_fifo_is_all_gathered_across_ranks(tmp_path):
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
     assert torch.equal(r0["fifo"], r1["fifo"])
     # rank order within a step, steps in order: r0 step 0, r1 step 0, r0 step 1, r1 step 1
-    expected = torch.cat([r0["local"][0], r1["local"][0], r0["local"][1], r1["local"][1]])
-    assert r0["fifo"].shape[0] == 2 * (1 + 2)
+    expected = torch.cat([r0["local"][0], r1["local"][0], r0["local"][1], r1["local"][1],
+                          r0["local"][2]])
+    assert r0["fifo"].shape[0] == 2 * (1 + 2) + 1
     torch.testing.assert_close(r0["fifo"], expected.to(r0["fifo"]))
     assert torch.equal(r0["rows"], torch.tensor([[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]))
     assert torch.equal(r0["rows"], r1["rows"])

@@ -297,8 +297,9 @@ def all_gather_rows(x: torch.Tensor, group=None) -> torch.Tensor:
     """Concatenate every rank's (k_r, ...) rows in rank order (rank 0's first); ranks may hold
     different k_r. Without an initialised ``torch.distributed`` (or with one rank) returns ``x``.
 
-    Two collectives: the row counts, then the rows padded to the largest count. Every rank must
-    call it (it is collective). Under NCCL ``x`` must be on the rank's CUDA device.
+    Two collectives: the row counts and widths, then the rows padded to the largest count. Every
+    rank must call it (it is collective); a rank with no rows passes ``(0, dim)`` or, not knowing
+    ``dim``, ``(0, 0)``. Under NCCL ``x`` must be on the rank's CUDA device.
     """
     import torch.distributed as dist
 
@@ -307,11 +308,18 @@ def all_gather_rows(x: torch.Tensor, group=None) -> torch.Tensor:
     world = dist.get_world_size(group)
     if world == 1:
         return x
-    count = torch.tensor([x.shape[0]], device=x.device, dtype=torch.long)
-    counts = [torch.empty_like(count) for _ in range(world)]
-    dist.all_gather(counts, count, group=group)
-    sizes = [int(c) for c in counts]
-    padded = x.new_zeros((max(sizes), *x.shape[1:]))
+    if x.dim() != 2:
+        raise ValueError(f"all_gather_rows takes (k, dim) rows; got shape {tuple(x.shape)}")
+    # (rows, width) per rank; a rank with nothing to send may pass (0, 0): it learns the width
+    meta = torch.tensor([x.shape[0], x.shape[1]], device=x.device, dtype=torch.long)
+    metas = [torch.empty_like(meta) for _ in range(world)]
+    dist.all_gather(metas, meta, group=group)
+    sizes = [int(m[0]) for m in metas]
+    widths = {int(m[1]) for m, k in zip(metas, sizes, strict=True) if k > 0}
+    if len(widths) > 1:
+        raise ValueError(f"all_gather_rows: ranks send rows of different widths {sorted(widths)}")
+    width = widths.pop() if widths else x.shape[1]
+    padded = x.new_zeros((max(sizes), width))
     padded[: x.shape[0]] = x
     parts = [torch.empty_like(padded) for _ in range(world)]
     dist.all_gather(parts, padded.contiguous(), group=group)

@@ -337,13 +337,27 @@ class UDSSelector(_Base):
         """Push the chosen candidates' embeddings to the FIFO. Under an initialised
         ``torch.distributed`` (and ``sync_fifo``) every rank's picks are all-gathered first and
         pushed in rank order, so all ranks keep the same, global FIFO (a collective: every rank
-        must call ``observe`` once per selection)."""
+        must call ``observe`` once per selection; a rank with nothing scored still takes part)."""
         if not self._pending:
+            if self.sync_fifo and _distributed():
+                items = self.fifo.items
+                empty = torch.zeros((0, 0 if items is None else items.shape[1]),
+                                    dtype=torch.float32 if items is None else items.dtype,
+                                    device=None if items is None else items.device)
+                got = all_gather_rows(empty)
+                if got.shape[0]:
+                    self.fifo.push(got)
             return
         emb = torch.cat(self._pending)
         self._pending = []
         picked = emb[chosen.to(emb.device)]
         self.fifo.push(all_gather_rows(picked) if self.sync_fifo else picked)
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def make_selector(
