@@ -9,6 +9,7 @@ docs/scale.md.
 
 from __future__ import annotations
 
+from icml26 import claim_options
 from icml26.core.claims import Claim, Resources, lazy
 from icml26.core.power import PowerSpec
 
@@ -30,6 +31,7 @@ CLAIMS: list[Claim] = [
         "mean per-token latency against learning-to-rank SJF.",
         paper_figure="2.31x lower mean per-token latency than LTR",
         run=lazy("icml26.tie.claim:run"),
+        options=claim_options.TIE,
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         paper_value=2.31,
@@ -46,6 +48,7 @@ CLAIMS: list[Claim] = [
         "type beats static vLLM and the best homogeneous deployment, more so as the request mix spreads.",
         paper_figure="1.5x average (up to 2x) over static vLLM; 1.14x -> 2.66x as mix CV rises",
         run=lazy("icml26.oserve.claim:run"),
+        options=claim_options.OSERVE,
         area=SERVING,
         resources={"full": Resources(cpus=8, memory_gb=16)},
         paper_value=2.66,
@@ -65,6 +68,7 @@ CLAIMS: list[Claim] = [
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
         run=lazy("icml26.echo.claim:run"),
+        options=claim_options.ECHO,
         power=PowerSpec(
             control="an oracle draft (the target's own greedy tokens, acceptance 1) against AR: the modelled throughput must rise far above AR",
             floor="autoregressive decoding (AR, 1 token per verification)",
@@ -79,6 +83,7 @@ CLAIMS: list[Claim] = [
         "exact top-k.",
         paper_figure="accuracy near full attention; 3.56x decode throughput over FlashAttention",
         run=lazy("icml26.binarypc.claim:run"),
+        options=claim_options.BINARYPC,
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
         power=PowerSpec(
@@ -99,6 +104,7 @@ CLAIMS: list[Claim] = [
         area=SERVING,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         run=lazy("icml26.restore.claim:run"),
+        options=claim_options.RESTORE,
         power=PowerSpec(
             control="full tokens against the reducer alone at the kept-token budget, per base, CI clustered over builds: the reduction must lose accuracy for a recovery to exist",
             floor="the majority answer per question type (from each build's training QA)",
@@ -113,6 +119,7 @@ CLAIMS: list[Claim] = [
         paper_figure="Llama3-8B at 60% kept: LEMS 17.86 vs uniform 48.56 ppl; KFAC-SVD ~0.85x "
         "SVD-LLM's ppl",
         run=lazy("icml26.lems.claim:run"),
+        options=claim_options.LEMS,
         area=COMPRESSION,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
         paper_value=17.86 / 48.56,
@@ -129,6 +136,7 @@ CLAIMS: list[Claim] = [
         "concentration, lowers 4-bit error: block CAT matches or beats transform baselines at W4A4.",
         paper_figure="matches or beats QuaRot, SpinQuant and FlatQuant at 4 bits",
         run=lazy("icml26.cat.claim:run"),
+        options=claim_options.CAT,
         area=COMPRESSION,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=80)},
         power=PowerSpec(
@@ -145,6 +153,7 @@ CLAIMS: list[Claim] = [
         "stochastic rounding, narrowing the loss gap to BF16.",
         paper_figure=">2x lower error than SR; loss gap to BF16 ~20-25% smaller than NVIDIA's recipe",
         run=lazy("icml26.quartet2.claim:run"),
+        options=claim_options.QUARTET2,
         area=TRAINING,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
         paper_value=23.5 / 9.8,
@@ -161,6 +170,7 @@ CLAIMS: list[Claim] = [
         "steps (the headline here; Muon and LR transfer are rows, not the verdict).",
         paper_figure="AdamW's final loss in 19% fewer steps (Muon: 12%) at 1.7B",
         run=lazy("icml26.sso.claim:run"),
+        options=claim_options.SSO,
         area=TRAINING,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
         paper_value=0.81,
@@ -181,6 +191,7 @@ CLAIMS: list[Claim] = [
         area=TRAINING,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=512)},
         run=lazy("icml26.quatro.claim:run"),
+        options=claim_options.QUATRO,
         power=PowerSpec(
             control="the stress itself: GRPO under staleness and high LR against on-policy GRPO (mu=1) at its own tuned LR (the stress must degrade a clipped loss)",
             floor="the base policy's held-out pass@1 before training",
@@ -194,6 +205,7 @@ CLAIMS: list[Claim] = [
         "online-selection baselines at every data budget.",
         paper_figure="best at every data budget; faster than full-data SFT",
         run=lazy("icml26.uds.claim:run"),
+        options=claim_options.UDS,
         area=TRAINING,
         resources={"full": Resources(cpus=16, gpus=1, memory_gb=80)},
         power=PowerSpec(
@@ -210,6 +222,7 @@ CLAIMS: list[Claim] = [
         "percent of the items.",
         paper_figure="HellaSwag ability with 41 of 5,600 items (MAE 0.157)",
         run=lazy("icml26.atlas.claim:run"),
+        options=claim_options.ATLAS,
         area=EVALUATION,
         resources={"full": Resources(cpus=8, memory_gb=32)},
         # the paper's 0.157 / 0.240 is ATLAS / random-100; the headline is ATLAS / random-k
@@ -230,6 +243,7 @@ CLAIMS: list[Claim] = [
         area=EVALUATION,
         resources={"full": Resources(cpus=16, gpus=1, memory_gb=48)},
         run=lazy("icml26.algosteer.claim:run"),
+        options=claim_options.ALGOSTEER,
         power=PowerSpec(
             control="an explicit instruction naming the algorithm against the resampled no-cue control: the strong cue must shift the family share",
             floor="the no-cue resampled control TVD (sampling noise alone), and test pass rate above zero",
@@ -247,6 +261,7 @@ CLAIMS: list[Claim] = [
         area=EVALUATION,
         resources={"full": Resources(cpus=16, memory_gb=32)},
         run=lazy("icml26.deepcommit.claim:run"),
+        options=claim_options.DEEPCOMMIT,
         power=PowerSpec(
             control="clustering on the true milestone signal (oracle co-change) against the time-only baseline: ARI must separate",
             floor="one cluster per commit and one cluster for all (ARI ~ 0)",
@@ -262,6 +277,7 @@ CLAIMS: list[Claim] = [
         area=INTERP,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         run=lazy("icml26.corrsteer.claim:run"),
+        options=claim_options.CORRSTEER,
         power=PowerSpec(
             control="steering at a strength large enough to change answers (CAA at a large coefficient) against the unsteered model",
             floor="always answering the most frequent training letter (majority)",
@@ -277,6 +293,7 @@ CLAIMS: list[Claim] = [
         area=APPS,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=32)},
         run=lazy("icml26.cclrec.claim:run"),
+        options=claim_options.CCLREC,
         power=PowerSpec(
             control="LightGCN against MostPop: a graph recommender must beat popularity by more than the seed spread",
             floor="MostPop (recommend the most popular items)",
@@ -294,6 +311,7 @@ CLAIMS: list[Claim] = [
         area=APPS,
         resources={"full": Resources(cpus=16, memory_gb=64)},
         run=lazy("icml26.chemcensor.claim:run"),
+        options=claim_options.CHEMCENSOR,
         power=PowerSpec(
             control="the gold reactions against randomly corrupted proposals: plausibility must separate them (AUROC well above 0.5)",
             floor="a random score (AUROC 0.5) and RDKit validity",
@@ -309,6 +327,7 @@ CLAIMS: list[Claim] = [
         area=APPS,
         resources={"full": Resources(cpus=8, gpus=1, memory_gb=48)},
         run=lazy("icml26.skillpro.claim:run"),
+        options=claim_options.SKILLPRO,
         power=PowerSpec(
             control="a scripted good policy against the random valid guesser: the environment and return measure must tell skill apart",
             floor="the random valid guesser",
@@ -325,6 +344,7 @@ CLAIMS: list[Claim] = [
         area=APPS,
         resources={"full": Resources(cpus=32, gpus=8, memory_gb=640)},
         run=lazy("icml26.cyberpal.claim:run"),
+        options=claim_options.CYBERPAL,
         power=PowerSpec(
             control="MiniLM nearest CWE definition against the constant label: the task must be doable from the text",
             floor="always answering the most frequent training CWE (constant label)",
@@ -338,6 +358,7 @@ CLAIMS: list[Claim] = [
         "unigram model of the train split.",
         paper_figure="unigram ppl / model ppl > 5",
         run=lazy("icml26.core.sanity:run"),
+        options=claim_options.SMOLLM2_PERPLEXITY,
         area=HEALTH,
         resources={"full": Resources(cpus=2)},
         power=PowerSpec(

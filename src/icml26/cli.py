@@ -172,7 +172,10 @@ def _user_errors():
     try:
         yield
     except UserError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+        from rich.markup import escape
+
+        # soft_wrap: one line even when it is longer than the (80-column, piped) console
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -235,7 +238,7 @@ def show(
     name: Annotated[str, typer.Argument(help="A claim name from `icml26 list`.")],
     out: OutOption = Path("results"),
 ) -> None:
-    """A claim in full: paper, statement, paper figure, and the last measured result."""
+    """A claim in full: paper, statement, paper figure, its --opt keys, and the last result."""
     from icml26.core.report import collect, headline_text
 
     (claim,) = _resolve([name])
@@ -252,6 +255,7 @@ def show(
     if claim.power is not None:
         for kind in claim.power.kinds:
             out_console.print(f"{kind + ':':9} {claim.power.describe(kind)}")
+    _print_options(claim)
     if r is None:
         return
     out_console.print(
@@ -280,6 +284,19 @@ def show(
         out_console.print(t)
     for note in r.get("notes") or []:
         out_console.print(f"- {note}")
+
+
+def _print_options(claim) -> None:
+    """The ``--opt`` keys ``claim`` accepts: name, type with range or choices, help."""
+    from rich.markup import escape
+
+    keys = [o for o in claim.options if not o.internal]
+    if not keys:
+        out_console.print("options:  none (any --opt is refused)")
+        return
+    out_console.print("options:  --opt KEY=VALUE, repeatable; any other key is refused")
+    for o in keys:
+        out_console.print(f"  [bold]{o.name}[/] ({escape(o.describe())}): {escape(o.help)}")
 
 
 def _rich_progress(progress):
@@ -339,7 +356,11 @@ def reproduce(
     device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
     opt: Annotated[
         list[str] | None,
-        typer.Option("--opt", help="KEY=VALUE passed to the claim (e.g. model=PATH); repeatable."),
+        typer.Option(
+            "--opt",
+            help="KEY=VALUE passed to the claim (e.g. model=PATH); repeatable. "
+            "`icml26 show NAME` lists the keys a claim accepts; any other is refused.",
+        ),
     ] = None,
     out: OutOption = Path("results"),
     report: Annotated[bool, typer.Option(help="Rebuild the report afterwards.")] = True,
@@ -381,7 +402,14 @@ def reproduce(
         raise typer.BadParameter(
             f"{', '.join(planned)}: planned, the method has not landed yet", param_hint="NAME"
         )
-    options = _parse_opts(opt or [])
+    from icml26.core.options import check_options
+
+    given = _parse_opts(opt or [])
+    with _user_errors():  # every key and value before any claim starts
+        options = check_options(claims, given)
+    for c in claims:  # several claims: each gets the keys it declares, and says so
+        if left := sorted(given.keys() - options[c.name].keys()):
+            console.print(f"{c.name}: [dim]does not take --opt {', '.join(left)}[/]")
     from icml26.core.jobs import Job, parse_jobs
 
     with _user_errors():
@@ -391,7 +419,7 @@ def reproduce(
         for name in skipped:
             console.print(f"{name}: [dim]kept[/] (same scale, seed and code version)")
     job_list = [
-        Job(c.name, scale.value, seed, device, tuple(sorted(options.items())), str(out))
+        Job(c.name, scale.value, seed, device, tuple(sorted(options[c.name].items())), str(out))
         for c in claims
     ]
     _quiet_libraries()

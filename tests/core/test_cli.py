@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 from icml26 import claims_index
 from icml26.cli import app
 from icml26.core.claims import Claim, Measure, Result
+from icml26.core.options import Opt
 
 runner = CliRunner()
 
@@ -27,7 +28,7 @@ def _interrupt(ctx):
 @pytest.fixture
 def fake_claims(monkeypatch):
     claims = [
-        Claim("good", "P", "S", "F", run=_ok, area="t"),
+        Claim("good", "P", "S", "F", run=_ok, area="t", options=(Opt("model", "str", "an LM"),)),
         Claim("bad", "P", "S", "F", run=_boom, area="t"),
         Claim("stop", "P", "S", "F", run=_interrupt, area="t"),
         Claim("later", "P", "S", "F", area="t"),

@@ -33,6 +33,7 @@ from typing import Any
 from icml26.core import power as _power
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
+from icml26.core.options import Opt
 from icml26.core.power import PowerCheck, PowerSpec
 
 __all__ = [
@@ -140,7 +141,8 @@ class RunContext:
 
     ``scale``: ``tiny`` (CI, < 60 s), ``small`` (default, <= ~15 min on 2 cores) or ``full`` (the
     paper's configuration, for a GPU). ``options`` carries user settings given on the command
-    line as ``--opt key=value`` (a model path, a data file); a claim documents the keys it reads.
+    line as ``--opt key=value`` (a model path, a data file), as strings; a claim declares the keys
+    it reads (``Claim.options``), and the CLI refuses any other before the run starts.
     """
 
     scale: str = "tiny"
@@ -213,6 +215,8 @@ class Claim:
     paper_value: float | None = None
     #: the claim's power checks in words; every landed claim declares one (registry test)
     power: PowerSpec | None = None
+    #: the ``--opt`` keys ``run`` reads (:mod:`icml26.core.options`); any other key is refused
+    options: tuple[Opt, ...] = ()
 
     @property
     def planned(self) -> bool:
