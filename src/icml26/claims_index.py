@@ -40,6 +40,10 @@ CLAIMS: list[Claim] = [
             floor="FCFS (no prediction): TIE or LTR must have a mean PTLA below FCFS's CI",
             degeneracy="the prompt pairs that TIE (at both beta = 0.1 and 0.5) and LTR rank in opposite order (identical orders = a tie by construction)",
         ),
+        cpu_minutes={
+            "tiny": 0.7,  # docs/tie.md: tiny 19 s wall (at most 2 threads: <= 0.7)
+            "small": 6.5,  # docs/tie.md: 6.5 CPU-min (381 s user; small, 2026-12-02 run)
+        },
     ),
     Claim(
         name="oserve",
@@ -57,6 +61,10 @@ CLAIMS: list[Claim] = [
             floor="static vLLM (one homogeneous layout chosen once for the average mix, least-load routing): OServe or a per-trace homogeneous plan must beat it on every run (model x seed) at the headline CV and load",
             degeneracy="OServe's plan differs from the best homogeneous plan (identical plans: the headline is routing noise)",
         ),
+        cpu_minutes={
+            "tiny": 0.4,  # docs/oserve.md: tiny ~10 s (at most 2 threads: <= 0.35)
+            "small": 3.1,  # docs/oserve.md: 183 CPU-s (small, 295 s wall)
+        },
     ),
     Claim(
         name="echo",
@@ -74,6 +82,12 @@ CLAIMS: list[Claim] = [
             floor="autoregressive decoding (AR, 1 token per verification)",
             degeneracy="ECHO's per-step trees differ from the best baseline's trees",
         ),
+        cpu_minutes={
+            "tiny": 3.4,  # issue 40: 102 s wall on an idle 2-core machine, <= 2 threads
+                          # (docs/echo.md says ~7 s)
+            "small": 18,  # docs/echo.md: 884 s wall on 1 thread (<= 14.7 CPU-min, draft beams
+                          # cached); a first run's stages ~4 min + 379 s + 460 s ~ 18
+        },
     ),
     Claim(
         name="binarypc",
@@ -91,6 +105,11 @@ CLAIMS: list[Claim] = [
             floor="random-k (and the recent window) at the same 2% budget",
             degeneracy="the fraction of selected keys BinaryPC shares with the best baseline (identical selections = no difference)",
         ),
+        cpu_minutes={
+            "tiny": 1.0,  # docs/binarypc.md: tiny 28 s (at most 2 threads: <= 0.95)
+            "small": 75,  # docs/binarypc.md: 65-75 min on 1 thread, bf16, the 12-context defaults
+                          # (documented estimate; 58 CPU-min measured at 6 contexts, 2026-12-02)
+        },
     ),
     Claim(
         name="restore",
@@ -110,6 +129,11 @@ CLAIMS: list[Claim] = [
             floor="the majority answer per question type (from each build's training QA)",
             degeneracy="the answers RESTORE changes relative to the reducer alone (all builds)",
         ),
+        cpu_minutes={
+            "tiny": 0.75,  # docs/restore.md: tiny 22 s in the runner (at most 2 threads)
+            "small": 27,  # docs/restore.md: 287 CPU-s with the 3 builds cached + builds of 469,
+                          # 452, 423 CPU-s (small)
+        },
     ),
     Claim(
         name="lems",
@@ -128,6 +152,14 @@ CLAIMS: list[Claim] = [
             floor="the unigram model of the train split (a compressed model must still beat it)",
             degeneracy="LEMS's ranks differ from the uniform ranks",
         ),
+        cpu_minutes={
+            "tiny": 0.75,  # estimate: issue 40's 1,022 s at load ~20 scaled like binarypc's 1,334 s
+                           # vs its 28 s: ~21 s wall, <= 2 threads
+            "small": 170,  # estimate: docs/lems.md, per calibration seed (small runs 3): K-FAC
+                           # stats 16 x 13.2 CPU-s, 630 KL scores at ~2.8 CPU-s, perplexity, Optuna
+                           # and factorization ~20 CPU-min: ~56; 4,565 s wall on 1 thread (stats
+                           # cached) bounds a seed at 76
+        },
     ),
     Claim(
         name="cat",
@@ -144,6 +176,12 @@ CLAIMS: list[Claim] = [
             floor="the unigram model of the train split (the quantized models must still beat it)",
             degeneracy_na="each transform is a different fixed map; no shared decisions to compare",
         ),
+        cpu_minutes={
+            "tiny": 0.3,  # estimate: 2 blocks, 512 test tokens; issue 40's 148 s at load ~20 scaled
+                          # like binarypc's: ~3 s wall
+            "small": 19,  # docs/cat.md: 566 s wall on an idle 2-core machine, 2 threads (<= 18.9;
+                          # small, 2026-12-02 run)
+        },
     ),
     Claim(
         name="quartet2",
@@ -162,6 +200,10 @@ CLAIMS: list[Claim] = [
             floor="the zero estimator (predicting a zero gradient: MSE = E[g^2])",
             degeneracy_na="estimators are compared on the same tensors; nothing is decided",
         ),
+        cpu_minutes={
+            "tiny": 0.5,  # estimate: a 2-layer byte model, a few hundred steps
+            "small": 9,  # docs/quartet2.md: ~9 CPU-min (small, 2026-12-01 run)
+        },
     ),
     Claim(
         name="sso",
@@ -179,6 +221,10 @@ CLAIMS: list[Claim] = [
             floor="the byte-unigram loss of the training data (cross-entropy of the validation split under the training split's byte frequencies; every arm must learn beyond it)",
             degeneracy_na="optimizers make no discrete decisions",
         ),
+        cpu_minutes={
+            "tiny": 0.9,  # docs/sso.md: tiny 52 s CPU
+            "small": 101,  # docs/sso.md: ~101 CPU-min (small, 6,055 s wall on 1 thread, one core)
+        },
     ),
     Claim(
         name="quatro",
@@ -197,6 +243,11 @@ CLAIMS: list[Claim] = [
             floor="the base policy's held-out pass@1 before training",
             degeneracy_na="training runs make no shared discrete decisions",
         ),
+        cpu_minutes={
+            "tiny": 1.0,  # estimate: SFT <= 200 steps and 5 rollout batches of a 2-layer model
+            "small": 46,  # docs/quatro.md: ~16 CPU-min (old design) + ~30 for the LR tuning
+                          # (documented estimate)
+        },
     ),
     Claim(
         name="uds",
@@ -213,6 +264,11 @@ CLAIMS: list[Claim] = [
             floor="the model before fine-tuning (held-out loss with no SFT)",
             degeneracy="the fraction of examples UDS picks that random selection also picks",
         ),
+        cpu_minutes={
+            "tiny": 0.7,  # docs/uds.md: tiny 40 s CPU
+            "small": 120,  # docs/uds.md: budget ~2 CPU-hours from an empty cache (small,
+                           # 2026-12-02 run: the arms' wall times 2.1 h on one thread, one core)
+        },
     ),
     Claim(
         name="atlas",
@@ -232,6 +288,11 @@ CLAIMS: list[Claim] = [
             floor="the prior mean theta (predicting the population mean for every examinee)",
             degeneracy_na="the adaptive and random tests pick items by different rules by construction",
         ),
+        cpu_minutes={
+            "tiny": 0.5,  # estimate: 300 items, 2PL, 2 x 40 test models
+            "small": 45,  # estimate: docs/atlas.md, part (a) 14 CPU-min for 2 of the 5 calibration
+                          # resamples (2026-12-01) -> ~35; parts (b), (c) not timed: +10
+        },
     ),
     Claim(
         name="algosteer",
@@ -249,6 +310,12 @@ CLAIMS: list[Claim] = [
             floor="the no-cue resampled control TVD (sampling noise alone), and test pass rate above zero",
             degeneracy="the number of gated cells where the cue changes the family distribution",
         ),
+        cpu_minutes={
+            "tiny": 1.0,  # estimate: SmolLM2 load + 16 generations of 64 tokens
+            "small": 60,  # estimate: 1,760 generations of <= 160 tokens at ~110-140 tokens per
+                          # CPU-s (docs/tie.md's sampler, batch 48): ~35-45, plus prefill, tests and
+                          # analysis
+        },
     ),
     Claim(
         name="deepcommit",
@@ -267,6 +334,11 @@ CLAIMS: list[Claim] = [
             floor="one cluster per commit and one cluster for all (ARI ~ 0)",
             degeneracy="DeepCommit-lite's chosen configuration is not a baseline's (a baseline inside its search space makes a tie by construction)",
         ),
+        cpu_minutes={
+            "tiny": 1.0,  # docs/deepcommit.md: tiny ~60 s under load (one process)
+            "small": 24,  # docs/deepcommit.md: 1,446 s wall on the loaded box, one Python process
+                          # and its git children (<= 24; small, 2026-12-01 run)
+        },
     ),
     Claim(
         name="corrsteer",
@@ -283,6 +355,11 @@ CLAIMS: list[Claim] = [
             floor="always answering the most frequent training letter (majority)",
             degeneracy="the answers CorrSteer changes relative to the unsteered model (zero changed answers = a null intervention)",
         ),
+        cpu_minutes={
+            "tiny": 1.0,  # estimate: 1 split seed, 32 test items, one layer
+            "small": 45,  # estimate: docs/corrsteer.md parts: MMLU ~6 CPU-min (SAEs included), BBQ
+                          # ~7 + 15 (SFT), MMLU's SFT ~15 like BBQ's
+        },
     ),
     Claim(
         name="cclrec",
@@ -299,6 +376,11 @@ CLAIMS: list[Claim] = [
             floor="MostPop (recommend the most popular items)",
             degeneracy="CCLRec's consensus weights differ from equal weights (equal weights that score the same = the weighting does nothing)",
         ),
+        cpu_minutes={
+            "tiny": 0.5,  # estimate: 200 users, 2 passes, 2 seeds
+            "small": 12,  # docs/cclrec.md: 247 s wall on the idle 2 cores with --jobs 3 for 2 seeds
+                          # + retuning (<= 8.2); the default 3 seeds ~12
+        },
     ),
     Claim(
         name="chemcensor",
@@ -317,6 +399,11 @@ CLAIMS: list[Claim] = [
             floor="a random score (AUROC 0.5) and RDKit validity",
             degeneracy="the proposals whose plausibility level ranks differently from exact match",
         ),
+        cpu_minutes={
+            "tiny": 1.0,  # estimate: 30 targets, RXNMapper start-up
+            "small": 15,  # docs/chemcensor.md: ~11 CPU-min in the main process + the RXNMapper
+                          # subprocess (not measured): ~15 (small, 2026-11-29 run)
+        },
     ),
     Claim(
         name="skillpro",
@@ -333,6 +420,11 @@ CLAIMS: list[Claim] = [
             floor="the random valid guesser",
             degeneracy="skills retrieved and evolved (no skill used or evolved = the pool changes nothing)",
         ),
+        cpu_minutes={
+            "tiny": 0.25,  # estimate: scripted agent, 2 iterations x 2 episodes
+            "small": 5,  # docs/skillpro.md: 276 s wall on the loaded 2 cores (scripted agent, one
+                         # process: <= 4.6)
+        },
     ),
     Claim(
         name="cyberpal",
@@ -350,6 +442,10 @@ CLAIMS: list[Claim] = [
             floor="always answering the most frequent training CWE (constant label)",
             degeneracy="the OOD predictions that differ between the two SFT arms",
         ),
+        cpu_minutes={
+            "tiny": 1.0,  # estimate: tiny_llama, 10 CWEs, 16 OOD CVEs, MiniLM
+            "small": 55,  # docs/cyberpal.md: ~55 CPU-min on one thread (small)
+        },
     ),
     Claim(
         name="smollm2-perplexity",
@@ -366,6 +462,11 @@ CLAIMS: list[Claim] = [
             floor="the unigram model of the train split",
             degeneracy_na="one model, no decisions",
         ),
+        cpu_minutes={
+            "tiny": 0.35,  # docs/index.md: tiny ~10 s (at most 2 threads)
+            "small": 2.1,  # docs/index.md: 64 s on an idle machine, 2 threads (small, 2026-12-02
+                           # run)
+        },
     ),
 ]
 

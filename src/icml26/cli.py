@@ -383,6 +383,13 @@ def reproduce(
     retries: Annotated[
         int, typer.Option(help="Retries of a task whose worker died (not of a claim that raised).")
     ] = 2,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print each claim's expected CPU time and the total, then exit; run nothing.",
+        ),
+    ] = False,
 ) -> None:
     """Run claims, write OUT/NAME/SCALE.json and figures, then rebuild the report."""
     from icml26 import claims_index
@@ -422,6 +429,9 @@ def reproduce(
         Job(c.name, scale.value, seed, device, tuple(sorted(options[c.name].items())), str(out))
         for c in claims
     ]
+    _print_eta(claims, job_list, scale.value, out, out_console if dry_run else console)
+    if dry_run:
+        return
     _quiet_libraries()
     from rich.progress import (
         BarColumn,
@@ -522,6 +532,20 @@ def _resumable(claims, out: Path, scale: str, seed: int):
         else:
             run.append(c)
     return run, kept
+
+
+def _print_eta(claims, jobs, scale: str, out: Path, where: Console) -> None:
+    """Each claim's expected CPU time at ``scale`` (last run in OUT, else its estimate), the total."""
+    from icml26.core.eta import expected, format_table
+
+    if not jobs:  # --resume kept every claim
+        return
+    etas = [expected(c, scale, out, dict(j.options)) for c, j in zip(claims, jobs, strict=True)]
+    total = sum(e.cpu_min for e in etas if e.cpu_min is not None)
+    where.print("expected CPU time (user + system, all threads), before any work starts:",
+                highlight=False)
+    for line in format_table(etas, total):
+        where.print("  " + line, markup=False, highlight=False)
 
 
 def _quiet_libraries() -> None:

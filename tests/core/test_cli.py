@@ -99,3 +99,43 @@ def test_every_method_subcommand_loads():
         r = runner.invoke(app, [name, "--help"])
         assert r.exit_code == 0, (name, r.output)
         assert "Usage" in r.output
+
+
+def _with_estimates(monkeypatch, claims):
+    """``good`` and ``bad`` with CPU-time estimates at tiny (``later`` stays planned)."""
+    from dataclasses import replace
+
+    est = {"good": 0.5, "bad": 2.25}
+    claims = [replace(c, cpu_minutes={"tiny": est[c.name]}) if c.name in est else c
+              for c in claims]
+    monkeypatch.setattr(claims_index, "CLAIMS", claims)
+
+
+def test_dry_run_prints_the_eta_and_runs_nothing(fake_claims, monkeypatch, tmp_path):
+    _with_estimates(monkeypatch, fake_claims)
+    r = runner.invoke(app, ["reproduce", "good", "bad", "--scale", "tiny", "--dry-run",
+                            "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert any(ln.split()[:4] == ["good", "tiny", "0.50", "estimate"] for ln in lines), r.output
+    assert any(ln.split()[:4] == ["bad", "tiny", "2.2", "estimate"] for ln in lines), r.output
+    assert any(ln.split()[:2] == ["total", "2.8"] for ln in lines), r.output
+    assert len(lines) <= 6  # a heading, the column names, two claims, the total
+    assert not list(tmp_path.iterdir())  # no record, no figure, no report
+    r = runner.invoke(app, ["reproduce", "--all", "--scale", "small", "--dry-run",
+                            "--out", str(tmp_path)])
+    assert r.exit_code == 0 and "?" in r.output and "3 claim(s) without an estimate" in r.output
+
+
+def test_reproduce_prints_the_eta_first_then_uses_the_last_run(fake_claims, monkeypatch,
+                                                                tmp_path):
+    _with_estimates(monkeypatch, fake_claims)
+    r = runner.invoke(app, ["reproduce", "good", "--scale", "tiny", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "0.50" in r.output and "estimate" in r.output
+    assert r.output.index("expected CPU time") < r.output.index("good: reproduced")
+    rec = json.loads((tmp_path / "good" / "tiny.json").read_text())
+    r = runner.invoke(app, ["reproduce", "good", "--scale", "tiny", "--dry-run",
+                            "--out", str(tmp_path)])
+    assert r.exit_code == 0
+    assert f"last run {rec['started_at'][:10]}" in r.output and "estimate" not in r.output

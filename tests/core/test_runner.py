@@ -100,3 +100,31 @@ def test_lazy_imports_on_call_only():
     assert run([1]) == "[1]"
     with pytest.raises(ValueError, match="pkg.module:function"):
         lazy("no_colon")
+
+
+def _spin(seconds: float) -> None:
+    """Burn ``seconds`` of this process's CPU time."""
+    import time
+
+    t = time.process_time()
+    while time.process_time() - t < seconds:
+        pass
+
+
+def _burns_cpu(ctx):
+    """0.4 CPU-s in a child process, then 0.4 CPU-s here."""
+    import subprocess
+    import sys
+
+    child = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
+    subprocess.run([sys.executable, "-I", "-c", child], check=True)
+    _spin(0.4)
+    return _ok(ctx)
+
+
+def test_cpu_time_counts_the_process_and_its_children(tmp_path):
+    rec = run_claim(Claim("burn", "P", "S", "F", run=_burns_cpu), scale="tiny", out_root=tmp_path)
+    assert rec["verdict"] == "reproduced"
+    # both shares (0.8 CPU-s; either alone is 0.4), plus interpreter start-up; a loaded machine
+    # stretches the wall time, not this
+    assert 0.75 <= rec["cpu_time_s"] <= 3.0, rec["cpu_time_s"]

@@ -36,6 +36,11 @@ from icml26.core.io import atomic_write_json
 from icml26.core.options import Opt
 from icml26.core.power import PowerCheck, PowerSpec
 
+try:
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None
+
 __all__ = [
     "SCALES",
     "Claim",
@@ -52,6 +57,7 @@ __all__ = [
     "run_claim",
     "result_path",
     "load_record",
+    "cpu_seconds",
     "Resources",
     "code_version",
 ]
@@ -215,6 +221,10 @@ class Claim:
     paper_value: float | None = None
     #: the claim's power checks in words; every landed claim declares one (registry test)
     power: PowerSpec | None = None
+    #: expected CPU time of one run per scale, in CPU-minutes (user + system, every thread and
+    #: child process), from the doc page's measured runs or an estimate; ``icml26 reproduce``
+    #: prints it before work starts unless a recorded run says better (:mod:`icml26.core.eta`)
+    cpu_minutes: Mapping[str, float] = field(default_factory=dict)
     #: the ``--opt`` keys ``run`` reads (:mod:`icml26.core.options`); any other key is refused
     options: tuple[Opt, ...] = ()
 
@@ -311,6 +321,20 @@ def verdict_for(headline: Measure, target: float, uninformative: str | None = No
     if reason:
         verdict = Verdict.UNINFORMATIVE
     return verdict, reason
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process and by its reaped children.
+
+    The difference of two readings is the CPU time of the work between them, however loaded the
+    machine (a wall time is not): ``run_claim`` records
+    it as ``cpu_time_s``. A child process counts once it has exited and been waited for.
+    """
+    if resource is None:  # pragma: no cover - not a POSIX system: this process only
+        return time.process_time()
+    self_, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                       resource.RUSAGE_CHILDREN))
+    return self_.ru_utime + self_.ru_stime + children.ru_utime + children.ru_stime
 
 
 def result_path(out_root: str | os.PathLike, name: str, scale: str) -> Path:
@@ -426,6 +450,10 @@ def run_claim(
     ``map_units`` (given by a parallel job backend): when the claim defines ``units``/``combine``
     (see :meth:`Claim.unit_functions`), its units are run through ``map_units`` and combined here;
     otherwise, and always without ``map_units``, the claim runs whole.
+
+    The record keeps ``wall_time_s`` and ``cpu_time_s``: the CPU seconds of this process (every
+    thread) and of the child processes it reaped during the run (:func:`cpu_seconds`), which a
+    loaded machine does not inflate; ``None`` when ``map_units`` ran the units elsewhere.
     """
     if claim.run is None:
         raise UserError(f"claim {claim.name!r} is planned: its method has not landed yet")
@@ -443,7 +471,7 @@ def run_claim(
     n_threads = set_threads(threads)
     seed_everything(seed)
     started = datetime.now(UTC)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), cpu_seconds()
     record: dict[str, Any] = {
         "record_version": RECORD_VERSION,
         "name": claim.name,
@@ -508,6 +536,9 @@ def run_claim(
             },
         )
     record["wall_time_s"] = round(time.perf_counter() - t0, 3)
+    # Units that ``map_units`` ran in other worker processes are not this process's CPU time:
+    # the figure would understate the run, so such a record has none.
+    record["cpu_time_s"] = None if "units" in record else round(cpu_seconds() - cpu0, 3)
     record["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     record["environment"] = environment(device, n_threads)
     path = atomic_write_json(result_path(out_root, claim.name, scale), record)

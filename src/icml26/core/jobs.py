@@ -472,5 +472,5 @@ def parse_jobs(spec: str | None, max_retries: int = 2) -> Backend:
 
 def comparable(record: dict) -> dict[str, Any]:
     """A record without what legitimately differs between backends (times, hosts, threads)."""
-    drop = {"started_at", "finished_at", "wall_time_s", "environment", "units"}
+    drop = {"started_at", "finished_at", "wall_time_s", "cpu_time_s", "environment", "units"}
     return {k: v for k, v in record.items() if k not in drop}
