@@ -348,7 +348,8 @@ def reproduce(
     scale: Annotated[
         Scale,
         typer.Option(
-            help="tiny: CI (< 60 s); small: ~15 min on 2 cores; "
+            help="tiny: CI, a pipeline check (most claims < 1 CPU-min); small: the documented runs, "
+            "minutes to ~3 CPU-hours per claim (the ETA is printed first); "
             "full: the paper's setting, for a GPU."
         ),
     ] = Scale.small,
