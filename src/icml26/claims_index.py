@@ -444,7 +444,10 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # estimate: tiny_llama, 10 CWEs, 16 OOD CVEs, MiniLM
-            "small": 55,  # docs/cyberpal.md: ~55 CPU-min on one thread (small)
+            # docs/cyberpal.md says ~55 CPU-min (an AMX machine, bf16); on an AVX2 machine (fp32)
+            # on 2026-12-02 arm A's first seed alone had not finished after 40 CPU-min, and small
+            # trains 4 such units (A, B x 2 seeds; token_matched=1 adds 2): an estimate
+            "small": 180,
         },
     ),
     Claim(
