@@ -128,3 +128,22 @@ def test_cpu_time_counts_the_process_and_its_children(tmp_path):
     # both shares (0.8 CPU-s; either alone is 0.4), plus interpreter start-up; a loaded machine
     # stretches the wall time, not this
     assert 0.75 <= rec["cpu_time_s"] <= 3.0, rec["cpu_time_s"]
+
+
+def test_default_threads_follow_the_free_cores(monkeypatch):
+    """Without ICML26_THREADS the runner takes the usable cores minus the load (at least 1)."""
+    import os
+
+    from icml26.core import claims as C
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert C.usable_cores() == 4
+    assert C.free_cores(load=0.2) == 4
+    assert C.free_cores(load=1.6) == 2
+    assert C.free_cores(load=9.0) == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.4, 0.0, 0.0))
+    monkeypatch.delenv("ICML26_THREADS", raising=False)
+    assert C.set_threads() == 2
+    monkeypatch.setenv("ICML26_THREADS", "3")
+    assert C.set_threads() == 3  # the override wins
+    assert C.set_threads(1) == 1

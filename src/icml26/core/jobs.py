@@ -281,7 +281,9 @@ class LocalProcesses(_Threaded):
     def _threads(self, job: Job) -> Job:
         if job.threads:
             return job
-        return dataclasses.replace(job, threads=max(1, (os.cpu_count() or 1) // self.n))
+        from icml26.core.claims import usable_cores
+
+        return dataclasses.replace(job, threads=max(1, usable_cores() // self.n))
 
     def _submit(self, fn, *args):
         """Run ``fn(*args)`` in a worker; if the pool broke (a worker died), rebuild and retry."""
