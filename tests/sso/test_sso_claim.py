@@ -105,6 +105,17 @@ def test_tiny_claim_runs(tmp_path):
     assert sso["lr"] == tuning["sso@width64"]["best"]
     lo, hi = rec["headline"]["spread"]
     assert lo <= rec["headline"]["value"] <= hi
+    # two headline rows (SSO vs AdamW, vs Muon); the headline is the one against the baseline
+    # with the lower mean final loss at the top width
+    heads = {r["system"]: r for r in rec["rows"] if r["table"].startswith("headline rows")}
+    assert sorted(heads) == ["SSO vs adamw", "SSO vs muon"]
+    finals = {b: heads[f"SSO vs {b}"][f"{b} final val loss (mean)"] for b in ("adamw", "muon")}
+    better = min(finals, key=finals.get)
+    assert [r["headline"] for r in heads.values()].count(True) == 1
+    assert heads[f"SSO vs {better}"]["headline"]
+    assert better in rec["headline"]["name"]
+    assert abs(heads[f"SSO vs {better}"]["steps for SSO to reach its final / its steps"]
+               - rec["headline"]["value"]) < 1e-3
     for fig in rec["figures"]:
         assert (tmp_path / fig).stat().st_size > 1000
     hist = json.loads((tmp_path / "sso" / "tiny" / "histories.json").read_text())

@@ -11,9 +11,12 @@ Protocol (every arm gets the same model init, batches, schedule, step budget and
 3. At the largest width, each optimizer's best LR is rerun on the other seeds, and so is AdamW at
    the worst LR of its grid (the positive control).
 
-Headline: steps SSO needs to reach AdamW's final validation loss / AdamW's steps, both at their
-best LR, at the largest width; mean over seeds with (min, max) over seeds (the seed is the unit
-that varies; 3 seeds). Target < 1 (paper: 0.81).
+Headline (issue 36): steps SSO needs to reach the *better baseline's* final validation loss /
+that baseline's steps, at the largest width, every arm at its best LR; the better baseline is
+whichever of AdamW and Muon ends with the lower mean final loss there. Mean over seeds with
+(min, max) over seeds (the seed is the unit that varies; 3 seeds). Target < 1 (paper: SSO 0.81 of
+AdamW's steps, Muon 0.88: SSO ahead of both). Both rows, SSO vs AdamW and SSO vs Muon, are in the
+record; a curve that never reaches the target counts as (steps + eval_every) / steps.
 
 Power checks: control = AdamW at its tuned LR against AdamW at the worst LR of its grid (final
 validation loss, min..max over seeds: the ranges must not overlap); floor = the byte-unigram
@@ -216,6 +219,28 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
                          "best": lr == best[(k, w)]})
     ratios: dict[str, list[float]] = {"muon": [], "sso": [], "muonsphere": []}
     reached: dict[str, list[bool]] = {k: [] for k in ratios}
+    never = (T + P["eval_every"]) / T
+    vs: dict[str, list[float]] = {"adamw": [], "muon": []}  # SSO vs each baseline, per seed
+    for s in seeds:
+        h_sso = hist.get(("sso", top, best[("sso", top)], s))
+        for b in vs:
+            h_b = hist.get((b, top, best[(b, top)], s))
+            if h_sso is None or h_b is None:
+                continue
+            st = steps_to_reach(h_sso["eval_steps"], h_sso["val_loss"], h_b["val_loss"][-1])
+            vs[b].append((st if st is not None else T + P["eval_every"]) / T)
+    final_mean = {b: float(np.mean([hist[(b, top, best[(b, top)], s)]["val_loss"][-1]
+                                    for s in seeds if (b, top, best[(b, top)], s) in hist]))
+                  for b in vs}
+    better = min(vs, key=lambda b: final_mean[b])
+    for b in ("adamw", "muon"):
+        v = vs[b]
+        rows.append({"table": f"headline rows (width {top})", "system": f"SSO vs {b}",
+                     "steps for SSO to reach its final / its steps": round(float(np.mean(v)), 3),
+                     "min..max over seeds": f"{min(v):.3f}..{max(v):.3f}",
+                     f"{b} final val loss (mean)": round(final_mean[b], 4),
+                     "never reached in": f"{sum(x >= never for x in v)}/{len(v)} seeds",
+                     "headline": b == better})
     for s in seeds:
         ha = hist[("adamw", top, best[("adamw", top)], s)]
         target_loss = ha["val_loss"][-1]
@@ -317,7 +342,7 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
                        for k, h in hist.items()])
     figs = [plot_lr_transfer(hist, widths, s0, best, ctx.out_dir / "lr_transfer.png"),
             plot_curves(hist, best, top, s0, ctx.out_dir / "curves.png")]
-    vals = ratios["sso"]
+    vals = vs[better]
     notes = [
         f"tiny_llama from scratch, byte vocabulary, {P['layers']} layers, head_dim "
         f"{P['head_dim']}, widths {list(widths)}, separate q/k/v, untied head; Wikipedia train "
@@ -335,8 +360,11 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
         f"c=1, 5 warm-started power steps, 8 Polar Express steps fp32, tol 2e-4, "
         f"solver={P['solver']} (same bracket and stopping rule as the paper's bisection).",
         f"Headline per seed: interpolated step at which SSO's validation curve first reaches "
-        f"AdamW's final loss, / {T}; seeds {seeds}; spread min..max. A curve that never reaches "
-        f"it counts as {(T + P['eval_every']) / T:.2f}.",
+        f"the better baseline's final loss, / {T}; the better baseline = the lower mean final "
+        f"loss of AdamW ({final_mean['adamw']:.4f}) and Muon ({final_mean['muon']:.4f}) at "
+        f"width {top}: {better}. SSO vs AdamW {np.mean(vs['adamw']):.3f}, vs Muon "
+        f"{np.mean(vs['muon']):.3f}; seeds {seeds}; spread min..max. A curve that never reaches "
+        f"it counts as {never:.2f}.",
         "Paper: 1.7B dense, 100B tokens: SSO 0.81 (Muon 0.88); at toy scale seed noise is "
         "comparable to the gaps, and the schedule's final anneal makes step ratios coarse.",
         "||W||2/R after step: exact (float64) spectral norm at each evaluation, which the SSO "
@@ -353,9 +381,9 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
     ]
     return Result(
         rows=rows,
-        headline=Measure("steps for SSO to reach AdamW's final val loss / AdamW's steps",
-                         float(np.mean(vals)), "x", (float(min(vals)), float(max(vals))),
-                         higher_is_better=False),
+        headline=Measure(f"steps for SSO to reach the better baseline's ({better}) final val "
+                         f"loss / its steps", float(np.mean(vals)), "x",
+                         (float(min(vals)), float(max(vals))), higher_is_better=False),
         target=TARGET,
         notes=notes,
         figures=figs,
