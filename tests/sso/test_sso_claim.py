@@ -90,7 +90,8 @@ def test_tiny_claim_runs(tmp_path):
     proto = tuning.pop("protocol")
     assert (proto["start_points"], proto["extend_by"], proto["cap"]) == (3, 1, 1)
     assert sorted(tuning) == sorted(
-        f"{k}@width{w}" for k in ("adamw", "muon", "sso") for w in (32, 64)
+        [f"{k}@width{w}" for k in ("adamw", "muon", "sso") for w in (32, 64)]
+        + ["muonsphere@width64"]  # the λ = 0 ablation: tuned at the top width only
     )
     for key, t in tuning.items():
         assert 3 <= len(t["grid"]) <= 4 and t["best"] in t["grid"]
@@ -103,6 +104,8 @@ def test_tiny_claim_runs(tmp_path):
     sso = summary[2]
     assert float(sso["max abs(Theta.Phi)"]) <= 2e-4 * (1 + 1e-6)
     assert sso["lr"] == tuning["sso@width64"]["best"]
+    assert summary[3]["lr"] == tuning["muonsphere@width64"]["best"]
+    assert summary[3]["seeds"] == 2  # rerun on the other seed like every arm
     lo, hi = rec["headline"]["spread"]
     assert lo <= rec["headline"]["value"] <= hi
     # two headline rows (SSO vs AdamW, vs Muon); the headline is the one against the baseline
@@ -120,4 +123,4 @@ def test_tiny_claim_runs(tmp_path):
         assert (tmp_path / fig).stat().st_size > 1000
     hist = json.loads((tmp_path / "sso" / "tiny" / "histories.json").read_text())
     n_grid = sum(len(t["grid"]) for t in tuning.values())
-    assert len(hist) == n_grid + 3 + 1 + 1  # grids + extra seed per arm + worst AdamW + MuonSphere
+    assert len(hist) == n_grid + 4 + 1  # grids + the extra seed per arm (4 arms) + worst AdamW

@@ -7,9 +7,13 @@ Protocol (every arm gets the same model init, batches, schedule, step budget and
    log grid x2 apart around its default, extended at whichever edge holds the best point (the
    same start size, extension size and cap for every arm) until the best is interior; its best LR
    becomes the AdamW LR of the embeddings, head and 1-D parameters in the matrix arms.
-2. Per width, Muon and SSO are tuned the same way around their own defaults.
+2. Per width, Muon and SSO are tuned the same way around their own defaults; MuonSphere (SSO's
+   λ = 0 ablation) at the largest width only (it has no LR-transfer question).
 3. At the largest width, each optimizer's best LR is rerun on the other seeds, and so is AdamW at
    the worst LR of its grid (the positive control).
+
+``small`` (issue 36): 300 steps and a 5-point start grid for every arm (at most 9 points after
+two extensions of 2), so every arm is tried at >= 5 LRs.
 
 Headline (issue 36): steps SSO needs to reach the *better baseline's* final validation loss /
 that baseline's steps, at the largest width, every arm at its best LR; the better baseline is
@@ -39,7 +43,7 @@ import numpy as np
 from icml26.core.claims import Measure, Result, RunContext
 
 TARGET = 1.0
-CENTER_LR = {"adamw": 5e-3, "muon": 5e-3, "sso": 0.02}
+CENTER_LR = {"adamw": 5e-3, "muon": 5e-3, "sso": 0.02, "muonsphere": 0.02}
 
 
 def _grid(center: float, points: int) -> list[float]:
@@ -109,8 +113,8 @@ def _settings(ctx: RunContext) -> dict:
     p = ctx.pick(
         tiny=dict(widths=(32, 64), layers=1, head_dim=16, seq_len=64, batch=8, steps=30,
                   points=3, extend_by=1, cap=1, seeds=2, eval_every=10, val_blocks=8, jobs=1),
-        small=dict(widths=(64, 128), layers=4, head_dim=32, seq_len=128, batch=16, steps=150,
-                   points=3, extend_by=2, cap=2, seeds=3, eval_every=20, val_blocks=32, jobs=2),
+        small=dict(widths=(64, 128), layers=4, head_dim=32, seq_len=128, batch=16, steps=300,
+                   points=5, extend_by=2, cap=2, seeds=3, eval_every=20, val_blocks=32, jobs=2),
         full=dict(widths=(256, 512, 1024), layers=8, head_dim=64, seq_len=512, batch=64,
                   steps=2000, points=4, extend_by=2, cap=2, seeds=3, eval_every=100,
                   val_blocks=128, jobs=1),
@@ -148,7 +152,7 @@ def run(ctx: RunContext) -> Result:
 
     grids = {k: _grid(c, P["points"]) for k, c in CENTER_LR.items()}
     most = P["points"] + P["extend_by"] * P["cap"]  # points per arm and width, at most
-    n_runs = 3 * most * len(P["widths"]) + 4 * (len(seeds) - 1) + 1
+    n_runs = 3 * most * len(P["widths"]) + most + 5 * (len(seeds) - 1)
     advance = ctx.progress.task("sso: training runs (at most)", total=n_runs * P["steps"])
     hist: dict[tuple, dict] = {}  # (kind, width, lr, seed) -> history
     with Sweep(train_blocks, val_blocks, jobs=P["jobs"], threads=P["threads"], device=device,
@@ -172,14 +176,13 @@ def run(ctx: RunContext) -> Result:
         kw = dict(extend_by=P["extend_by"], cap=P["cap"])
         tuned = tune([("adamw", w) for w in P["widths"]], grids, score, run_points, **kw)
         aux.update({w: tuned[("adamw", w)].best for w in P["widths"]})
-        tuned.update(tune([(k, w) for w in P["widths"] for k in ("muon", "sso")], grids, score,
-                          run_points, **kw))
+        tuned.update(tune([(k, w) for w in P["widths"] for k in ("muon", "sso")]
+                          + [("muonsphere", top)], grids, score, run_points, **kw))
         best = {key: tr.best for key, tr in tuned.items()}
         worst = _worst_lr(tuned[("adamw", top)])
         extra = [(top, s, ArmSpec(k, best[(k, top)], aux_lr=aux[top], solver=P["solver"]))
-                 for s in seeds[1:] for k in ("adamw", "muon", "sso")]
+                 for s in seeds[1:] for k in ("adamw", "muon", "sso", "muonsphere")]
         extra += [(top, s, ArmSpec("adamw", worst)) for s in seeds[1:]]
-        extra.append((top, s0, ArmSpec("muonsphere", best[("sso", top)], aux_lr=aux[top])))
         run_jobs(extra)
 
     floor_loss = unigram_loss(train_blocks, val_blocks, len(tok))
@@ -213,7 +216,7 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
     T = P["steps"]
     rows: list[dict] = []
     for (k, w, lr, s), h in sorted(hist.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        if s == s0 and k != "muonsphere":
+        if s == s0:
             rows.append({"table": "LR grid (seed 0)", "optimizer": k, "width": w, "lr": lr,
                          "val loss": round(h["val_loss"][-1], 4),
                          "best": lr == best[(k, w)]})
@@ -245,7 +248,7 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
         ha = hist[("adamw", top, best[("adamw", top)], s)]
         target_loss = ha["val_loss"][-1]
         for k in ratios:
-            lr = best[("sso", top)] if k == "muonsphere" else best[(k, top)]
+            lr = best[(k, top)]
             h = hist.get((k, top, lr, s))
             if h is None:
                 continue
@@ -253,7 +256,7 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
             reached[k].append(st is not None)
             ratios[k].append((st if st is not None else T + P["eval_every"]) / T)
     for k in ("adamw", "muon", "sso", "muonsphere"):
-        lr = best[("sso", top)] if k == "muonsphere" else best[(k, top)]
+        lr = best[(k, top)]
         hs = [hist[(k, top, lr, s)] for s in seeds if (k, top, lr, s) in hist]
         finals = [h["val_loss"][-1] for h in hs]
         row = {"table": f"summary (width {top}, best LR)", "optimizer": k, "width": top, "lr": lr,
@@ -263,7 +266,7 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
             row["steps to AdamW final / AdamW steps"] = (
                 f"{np.mean(ratios[k]):.3f} ({min(ratios[k]):.3f}..{max(ratios[k]):.3f})"
                 + ("" if all(reached[k]) else " [not reached in some seeds]"))
-        if k != "muonsphere" and len(widths) > 1:
+        if (k, widths[0]) in best and len(widths) > 1:
             lo_w = widths[0]
             h_tr = hist.get((k, top, best[(k, lo_w)], s0))
             h_best = hist[(k, top, best[(k, top)], s0)]

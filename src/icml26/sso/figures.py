@@ -46,7 +46,7 @@ def plot_curves(hist: dict, best: dict, width: int, seed: int, path: Path) -> Pa
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     target = None
     for k in ("adamw", "muon", "sso", "muonsphere"):
-        lr = best[("sso", width)] if k == "muonsphere" else best[(k, width)]
+        lr = best.get((k, width), best[("sso", width)])  # MuonSphere: tuned, or SSO's LR
         h = hist.get((k, width, lr, seed))
         if h is None:
             continue
