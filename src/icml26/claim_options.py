@@ -201,15 +201,15 @@ QUATRO = (
 UDS = (
     _model("smollm2, an LM path, or scratch for the from-scratch tiny Llama "
            "(tiny: scratch, small: smollm2, full: scratch)"),
-    Opt("lrs", "list", "the LR grid, tuned on the full-data arm", item="float", min=0,
-        exclusive_min=True),
+    Opt("lrs", "list", "the LR start grid (>= 3 LRs, bracketed on the full-data arm), or one "
+        "LR used as given", item="float", min=0, exclusive_min=True),
     Opt("budgets", "list", "data budgets as fractions; must include 0.25 (0.25; else 0.25,0.125)",
         item="float", min=0, max=1, exclusive_min=True),
     _count("pool", "LM pool size (256)"),
     Opt("dup", "float", "LM pool: share of repeated templates (0)", min=0, max=1),
     Opt("noise", "float", "LM pool: share of random responses (0)", min=0, max=1),
     Opt("alpha", "float", "UDS diversity weight (2.5e-3)", min=0),
-    _count("seeds", "seeds (2/2/3)"),
+    _count("seeds", "seeds (tiny 2; small 3 with an LM, 2 from scratch; full 3)"),
     _count("threads", "torch threads for the runs (1)"),
     _flag("no_cache", "1 ignores the per-arm result cache (0)"),
     Opt("control_family", "str", "the family the single-source control prefers (the pool's "

@@ -269,8 +269,9 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 0.7,  # docs/uds.md: tiny 40 s CPU
-            "small": 120,  # docs/uds.md: budget ~2 CPU-hours from an empty cache (small,
-                           # 2026-12-02 run: the arms' wall times 2.1 h on one thread, one core)
+            # docs/uds.md: ~2 CPU-hours for the 2-seed small of 2026-12-02 (the arms' wall times
+            # 2.1 h on one thread); 3 seeds and 1-2 more LR points (issue 36): an estimate
+            "small": 190,
         },
     ),
     Claim(

@@ -200,3 +200,28 @@ def test_cli_sft_adapter_reloads_with_identical_logits(tmp_path, monkeypatch):
     # 12 examples, 4 candidates per step, budget 1/4: 3 steps of one pick each
     log = json.loads((out / "uds_selection.json").read_text())
     assert len(log["selected"]) == 3
+
+
+def test_shared_lr_is_bracketed_until_interior():
+    """The full-data LR grid extends at the edge holding the best (one point at a time, at most
+    twice), and a too-short grid is a usage error."""
+    import math
+
+    import pytest
+
+    from icml26.core.errors import UserError
+    from icml26.uds.claim import LR_CAP, LR_EXTEND, tune_lr
+
+    calls = []
+
+    def val(lr):  # validation loss with its minimum at 1e-2: above the start grid's top
+        calls.append(lr)
+        return (math.log10(lr) + 2.0) ** 2
+
+    lr, tr = tune_lr(val, (3e-3, 3e-4, 1e-3))  # unsorted on purpose
+    assert (LR_EXTEND, LR_CAP) == (1, 2)
+    assert tr.interior and tr.extensions == 2 and len(calls) == 5
+    assert lr == pytest.approx(1e-2, rel=0.05) and lr == tr.best
+    assert tr.grid == sorted(tr.grid) and tr.grid[0] == 3e-4
+    with pytest.raises(UserError, match=">= 3 distinct LRs"):
+        tune_lr(val, (1e-3, 3e-3))

@@ -5,7 +5,9 @@ Settings. ``small`` (the issue's): SmolLM2-135M-Instruct with LoRA r=8, alpha=16
 projections, one epoch over 256 examples of <= 96 tokens built offline from a seed (Wikipedia
 "What is TITLE?" -> first two sentences, basic arithmetic, GSM-symbolic-style word problems,
 HumanEval prompt -> solution with 40 problems held out), budgets 25% and 12.5%, one LR tuned on
-the full-data arm's validation loss, 96 held-out examples, 2 seeds. ``tiny`` (and
+the full-data arm's validation loss with the bracketing tuner (start grid 3e-4, 1e-3, 3e-3,
+extended one point at a time at the edge holding the best, at most twice), 96 held-out
+examples, 3 seeds. ``tiny`` (and
 ``model=scratch``): a from-scratch byte-level ``tiny_llama`` on programmatic pairs with redundant
 repeats and label noise. Every arm sees the same pool order, epochs and optimizer steps, and
 differs only in which ``budget`` fraction of each step's ``candidates`` it trains on. Finished
@@ -49,6 +51,7 @@ from icml26.uds.loop import TrainConfig, encode, evaluate, train_online
 from icml26.uds.selectors import UDSSelector, make_selector
 
 BASELINES = ("random", "maxloss", "gradnorm")
+LR_EXTEND, LR_CAP = 1, 2  # the LR grid's bracketing: one point per extension, at most two
 CONTROL_ARMS = ("random-tokens", "single-source")  # token-matched Random; the positive control
 BASE_SYSTEM = "no fine-tuning (model before SFT)"
 RESPONSE_TOKENS = "response tokens trained (the tokens the loss trains on)"
@@ -114,8 +117,9 @@ def scale_for(ctx: RunContext) -> Scale:
         n_train = int(ctx.options.get("pool", 256))  # the issue: shrink the pool, not the arms
         lm_pool = PoolConfig(n_train=n_train, n_test=96, n_val=48, **mix)
         # 8 candidates per optimizer step: 25% keeps 2 of 8, 12.5% keeps 1 of 8
+        # 3 seeds and the bracketed LR grid (issue 36)
         lm_small = Scale(
-            0, 0, 0, lm_pool, 96, 8, 1, (0.25, 0.125), 0.25, 2, (3e-4, 1e-3, 3e-3), lm=model
+            0, 0, 0, lm_pool, 96, 8, 1, (0.25, 0.125), 0.25, 3, (3e-4, 1e-3, 3e-3), lm=model
         )  # fmt: skip
         lm_tiny = Scale(
             0, 0, 0, PoolConfig(n_train=32, n_test=16, n_val=0, **mix), 96, 8, 1, (0.25,), 0.25,
@@ -455,20 +459,38 @@ def run(ctx: RunContext) -> Result:
         torch.set_num_threads(threads)
 
 
+def tune_lr(objective, grid) -> tuple[float, object]:
+    """The shared LR: ``core.stats.bracket`` over ``grid`` (validation loss, minimised), extended
+    by ``LR_EXTEND`` point(s) at the edge holding the best, at most ``LR_CAP`` times (each point
+    one full-data run, cached). Returns ``(best LR, TuneResult)``."""
+    from icml26.core.stats import bracket
+
+    grid = sorted(float(x) for x in grid)
+    if len(grid) < 3 or len(set(grid)) != len(grid):
+        raise UserError(f"--opt lrs: the bracketing tuner needs >= 3 distinct LRs (or a single "
+                        f"LR, which is used as given); got {grid}")
+    tr = bracket(objective, grid, minimize=True, extend_by=LR_EXTEND, cap=LR_CAP)
+    return tr.best, tr
+
+
 def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: bool) -> Result:
     device = ctx.device
 
     def arm(name, budget, seed, lr, extra=None):
         return _run_arm(sc, name, budget, seed, lr, alpha, device, ctx, use_cache, extra)
 
-    # one LR for everyone: the best full-data validation loss (seed 0 of this run)
+    # one LR for everyone: the full-data arm's validation loss (seed 0 of this run), bracketed
     if len(sc.lrs) > 1:
         if not sc.pool.n_val:
             raise UserError("an LR grid needs a validation set (n_val > 0)")
-        val = {lr: arm("full", 1.0, seeds[0], lr)["val_loss"] for lr in sc.lrs}
-        lr = min(val, key=val.get)
+        lr, tr = tune_lr(lambda x: arm("full", 1.0, seeds[0], x)["val_loss"], sc.lrs)
+        val = dict(zip(tr.grid, tr.scores, strict=True))
+        tuning = {"full@lr": {**tr.to_dict(), "param": "lr", "history": tr.history},
+                  "protocol": {"start_grid": list(sc.lrs), "extend_by": LR_EXTEND,
+                               "cap": LR_CAP, "seed": seeds[0],
+                               "objective": "full-data arm's validation loss"}}
     else:
-        val, lr = {}, sc.lrs[0]
+        val, lr, tuning, tr = {}, sc.lrs[0], None, None
     arms = [("full", 1.0)]
     for b in sc.budgets:
         names = [*BASELINES, "uds"] + (
@@ -599,7 +621,10 @@ def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: 
         f"Each arm: {sc.epochs} epoch{'s' if sc.epochs != 1 else ''}, {sc.candidates} candidates per optimizer "
         "step, the same pool order, AdamW, "
         + (
-            f"one LR ({lr:g}) chosen on the full-data arm's validation loss {val}."
+            f"one LR ({lr:g}) chosen on the full-data arm's validation loss {val} "
+            f"(core.stats.bracket from {list(sc.lrs)}, +{LR_EXTEND} per extension, at most "
+            f"{LR_CAP}: " + ("interior)." if tr.interior else "still at the grid's edge after "
+                             "the cap: the LR may not be tuned).")
             if val
             else f"one LR ({lr:g}), fixed (a single LR was given, so none was tuned)."
         ),
@@ -637,6 +662,7 @@ def _run(ctx: RunContext, sc: Scale, alpha: float, seeds: list[int], use_cache: 
         figures=figs,
         power=checks,
         budgets=tokens,
+        tuning=tuning,
     )
 
 
