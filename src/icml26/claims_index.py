@@ -248,8 +248,7 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # estimate: SFT <= 200 steps and 5 rollout batches of a 2-layer model
-            "small": 46,  # docs/quatro.md: ~16 CPU-min (old design) + ~30 for the LR tuning
-                          # (documented estimate)
+            "small": 51,  # docs/quatro.md: the tuned small run of 2026-12-02, cpu_time_s 3,081
         },
     ),
     Claim(
