@@ -189,3 +189,9 @@ def test_every_arm_is_tuned_then_stressed_from_its_own_lr(tmp_path, monkeypatch)
     assert got[("tr_dual δ=0.01", 8)] == pytest.approx(10 * peak["tr_dual"])
     lrs_row = next(r for r in res.rows if r["kind"] == "lrs")
     assert lrs_row["tuning"]["protocol"]["setting"] == "mu=1, LR x1"
+    # the tuning seed's on-policy runs at the tuned LR are the tuning runs: not trained again
+    calls.clear()
+    res0 = C.run_unit(us[0])
+    assert not [c for c in calls if c[1] == 1]
+    assert {(a, s) for a, s in ((r["arm"], r["mu"]) for r in res0.rows if r["kind"] == "run")
+            if s == 1} == {(a, 1) for a in C.ARMS}

@@ -116,12 +116,19 @@ def _summarise(hist):
 def _run_seed(seed, spec, progress=None):
     """Every (setting, arm) for one seed: ({(arm, setting): summary}, tr_dual query stats, SFT info)."""
     base, tok, info = warm_policy(spec["hidden"], spec["layers"], spec["sft_steps"], seed, progress)
+    # the tuning seed's on-policy runs at the tuned LR are tuning runs already: reuse them
+    tuned = _tune_memo(spec, seed) if spec["tune"] and seed == spec["tune_seed"] else None
     out, qstats = {}, []
     for mu, lr_x in spec["settings"]:
         for arm, over in spec["arms"]:
             if arm not in ARMS and (mu, lr_x) != spec["harsh"]:
                 continue  # the δ=0.01 ablation runs at the harshest setting only
             lr = spec["lrs"].get(_lr_key(arm), spec["base_lr"]) * lr_x
+            done = tuned.get(f"{arm}/{lr:.6g}") if tuned is not None and mu == 1 else None
+            if done is not None:
+                progress.log(f"seed {seed} mu=1 lr x{lr_x} ({lr:.3g}) {arm}: the tuning run")
+                out[(arm, (mu, lr_x))] = done
+                continue
             progress.log(f"seed {seed} mu={mu} lr x{lr_x} ({lr:.3g}) {arm}")
             loop = _loop(base, tok, spec, arm, over, mu, lr, seed)
             out[(arm, (mu, lr_x))] = _summarise(loop.run(progress=progress))
@@ -149,6 +156,15 @@ def _loop(base, tok, spec, arm, over, mu, lr, seed) -> RLLoop:
     return RLLoop(copy.deepcopy(base), tok, cfg, lc)
 
 
+def _tune_memo(spec: dict, seed: int) -> Memo:
+    """The memo of the tuning runs on ``seed`` (keyed by the spec and the code)."""
+    key = {k: spec[k] for k in ("hidden", "layers", "sft_steps", "steps", "prompts", "n_eval",
+                                "k_eval", "base_lr", "delta")}
+    key.update(seed=seed, grid=TUNE_GRID, code=source_fingerprint("icml26.quatro"), v=1)
+    tag = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return Memo(cache_root() / "quatro" / f"tune-{tag}.json", config=key)
+
+
 def tune_lrs(ctx: RunContext, spec: dict | None = None) -> dict:
     """Every arm's LR, bracketed on-policy at (1, 1) on seed ``ctx.seed`` (see the module doc).
 
@@ -159,11 +175,7 @@ def tune_lrs(ctx: RunContext, spec: dict | None = None) -> dict:
     spec = spec or _spec(ctx)
     if not spec["tune"]:
         return {"lrs": {}, "tuning": {}}
-    key = {k: spec[k] for k in ("hidden", "layers", "sft_steps", "steps", "prompts", "n_eval",
-                                "k_eval", "base_lr", "delta")}
-    key.update(seed=ctx.seed, grid=TUNE_GRID, code=source_fingerprint("icml26.quatro"), v=1)
-    tag = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    memo = Memo(cache_root() / "quatro" / f"tune-{tag}.json", config=key)
+    memo = _tune_memo(spec, ctx.seed)
     base, tok, _ = warm_policy(spec["hidden"], spec["layers"], spec["sft_steps"], ctx.seed,
                                ctx.progress)
     out, lrs = {}, {}
@@ -211,6 +223,8 @@ def _spec(ctx: RunContext) -> dict:
         delta=float(o.get("delta", 0.05)),
         tune=str(o.get("tune", ctx.pick(tiny="0", small="1", full="1"))) == "1",
         lrs={k: float(v) for k, v in json.loads(o.get("tuned_lrs", "{}")).items()},
+        # the seed the tuning ran on (set by units(); None when LRs were given by hand)
+        tune_seed=json.loads(o.get("tuning", "{}")).get("protocol", {}).get("seed"),
     )
 
 
