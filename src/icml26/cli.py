@@ -542,10 +542,9 @@ def _print_eta(claims, jobs, scale: str, out: Path, where: Console) -> None:
     if not jobs:  # --resume kept every claim
         return
     etas = [expected(c, scale, out, dict(j.options)) for c, j in zip(claims, jobs, strict=True)]
-    total = sum(e.cpu_min for e in etas if e.cpu_min is not None)
     where.print("expected CPU time (user + system, all threads), before any work starts:",
                 highlight=False)
-    for line in format_table(etas, total):
+    for line in format_table(etas):
         where.print("  " + line, markup=False, highlight=False)
 
 

@@ -53,7 +53,7 @@ def test_total_and_table(tmp_path):
     other = Claim("d", "P", "S", "F", run=lambda ctx: None)
     etas, total = expected_all([CLAIM, other], "small", tmp_path)
     assert total == 30
-    lines = format_table(etas, total)
+    lines = format_table(etas)
     assert lines[0].split() == ["claim", "scale", "CPU-min", "source"]
     assert lines[1].split() == ["c", "small", "30.0", "estimate"]
     assert lines[2].split() == ["d", "small", "?", "unknown"]

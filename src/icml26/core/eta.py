@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from icml26.core.claims import Claim, load_record, result_path
 
-__all__ = ["Eta", "expected", "expected_all", "format_table"]
+__all__ = ["Eta", "expected", "expected_all", "format_table", "total"]
 
 
 @dataclass(frozen=True)
@@ -77,24 +77,30 @@ def expected_all(claims: Iterable[Claim], scale: str, out_root: str | os.PathLik
                  options: Mapping[str, str] | None = None) -> tuple[list[Eta], float]:
     """Every claim's :func:`expected` and their total in CPU-minutes (known figures only)."""
     etas = [expected(c, scale, out_root, options) for c in claims]
-    return etas, sum(e.cpu_min for e in etas if e.cpu_min is not None)
+    return etas, total(etas)
+
+
+def total(etas: Iterable[Eta]) -> float:
+    """The CPU-minutes of the figures that are known (a claim without one adds nothing)."""
+    return sum(e.cpu_min for e in etas if e.cpu_min is not None)
 
 
 def _minutes(m: float) -> str:
     return f"{m:.2f}" if m < 1 else f"{m:.1f}" if m < 100 else f"{m:,.0f}"
 
 
-def format_table(etas: list[Eta], total: float) -> list[str]:
-    """The table as plain lines: claim, scale, expected CPU-min, source; then the total."""
+def format_table(etas: list[Eta]) -> list[str]:
+    """The table as plain lines: claim, scale, expected CPU-min, source; then the :func:`total`."""
+    minutes = total(etas)
     width = max([len("claim"), *(len(e.name) for e in etas)])
     lines = [f"{'claim':<{width}}  scale  {'CPU-min':>7}  source"]
     for e in etas:
         m = "?" if e.cpu_min is None else _minutes(e.cpu_min)
         lines.append(f"{e.name:<{width}}  {e.scale:<5}  {m:>7}  {e.source}")
     unknown = sum(e.cpu_min is None for e in etas)
-    hours = f" = {total / 60:.1f} CPU-h" if total >= 60 else ""
+    hours = f" = {minutes / 60:.1f} CPU-h" if minutes >= 60 else ""
     tail = f"; {unknown} claim(s) without an estimate" if unknown else ""
-    known = _minutes(total) if unknown < len(etas) else "?"
+    known = _minutes(minutes) if unknown < len(etas) else "?"
     lines.append(f"{'total':<{width}}  {'':<5}  {known:>7}  CPU-min{hours} for "
                  f"{len(etas)} claim(s){tail}")
     return lines
