@@ -145,8 +145,10 @@ class Progress:
 class RunContext:
     """What a claim's ``run`` receives.
 
-    ``scale``: ``tiny`` (CI, < 60 s), ``small`` (default, <= ~15 min on 2 cores) or ``full`` (the
-    paper's configuration, for a GPU). ``options`` carries user settings given on the command
+    ``scale``: ``tiny`` (the pipeline check CI runs: every stage end to end on a miniature too
+    small to decide anything), ``small`` (default: the documented runs, minutes to hours of CPU
+    each; ``Claim.cpu_minutes`` holds the figure) or ``full`` (the paper's configuration, for a
+    GPU). ``options`` carries user settings given on the command
     line as ``--opt key=value`` (a model path, a data file), as strings; a claim declares the keys
     it reads (``Claim.options``), and the CLI refuses any other before the run starts.
     """
