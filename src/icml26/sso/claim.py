@@ -223,15 +223,25 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
     ratios: dict[str, list[float]] = {"muon": [], "sso": [], "muonsphere": []}
     reached: dict[str, list[bool]] = {k: [] for k in ratios}
     never = (T + P["eval_every"]) / T
-    vs: dict[str, list[float]] = {"adamw": [], "muon": []}  # SSO vs each baseline, per seed
+    for s in seeds:
+        ha = hist[("adamw", top, best[("adamw", top)], s)]
+        target_loss = ha["val_loss"][-1]
+        for k in ratios:
+            lr = best[(k, top)]
+            h = hist.get((k, top, lr, s))
+            if h is None:
+                continue
+            st = steps_to_reach(h["eval_steps"], h["val_loss"], target_loss)
+            reached[k].append(st is not None)
+            ratios[k].append((st if st is not None else T + P["eval_every"]) / T)
+    # SSO vs each baseline, per seed: vs AdamW is ratios["sso"]; vs Muon, SSO reaching Muon's final
+    vs: dict[str, list[float]] = {"adamw": ratios["sso"], "muon": []}
     for s in seeds:
         h_sso = hist.get(("sso", top, best[("sso", top)], s))
-        for b in vs:
-            h_b = hist.get((b, top, best[(b, top)], s))
-            if h_sso is None or h_b is None:
-                continue
-            st = steps_to_reach(h_sso["eval_steps"], h_sso["val_loss"], h_b["val_loss"][-1])
-            vs[b].append((st if st is not None else T + P["eval_every"]) / T)
+        h_m = hist.get(("muon", top, best[("muon", top)], s))
+        if h_sso is not None and h_m is not None:
+            st = steps_to_reach(h_sso["eval_steps"], h_sso["val_loss"], h_m["val_loss"][-1])
+            vs["muon"].append((st if st is not None else T + P["eval_every"]) / T)
     final_mean = {b: float(np.mean([hist[(b, top, best[(b, top)], s)]["val_loss"][-1]
                                     for s in seeds if (b, top, best[(b, top)], s) in hist]))
                   for b in vs}
@@ -244,17 +254,6 @@ def _result(ctx, P, hist, best, grids, seeds, top, tuned, worst, floor_loss) -> 
                      f"{b} final val loss (mean)": round(final_mean[b], 4),
                      "never reached in": f"{sum(x >= never for x in v)}/{len(v)} seeds",
                      "headline": b == better})
-    for s in seeds:
-        ha = hist[("adamw", top, best[("adamw", top)], s)]
-        target_loss = ha["val_loss"][-1]
-        for k in ratios:
-            lr = best[(k, top)]
-            h = hist.get((k, top, lr, s))
-            if h is None:
-                continue
-            st = steps_to_reach(h["eval_steps"], h["val_loss"], target_loss)
-            reached[k].append(st is not None)
-            ratios[k].append((st if st is not None else T + P["eval_every"]) / T)
     for k in ("adamw", "muon", "sso", "muonsphere"):
         lr = best[(k, top)]
         hs = [hist[(k, top, lr, s)] for s in seeds if (k, top, lr, s) in hist]
