@@ -158,7 +158,8 @@ CLAIMS: list[Claim] = [
             "small": 170,  # estimate: docs/lems.md, per calibration seed (small runs 3): K-FAC
                            # stats 16 x 13.2 CPU-s, 630 KL scores at ~2.8 CPU-s, perplexity, Optuna
                            # and factorization ~20 CPU-min: ~56; 4,565 s wall on 1 thread (stats
-                           # cached) bounds a seed at 76
+                           # cached) bounds a seed at 76; measured 2026-12-02 on an AMX
+                           # machine (bf16 stats), seeds=1, nothing cached: 49.6 CPU-min
         },
     ),
     Claim(
@@ -449,7 +450,8 @@ CLAIMS: list[Claim] = [
             "tiny": 1.0,  # estimate: tiny_llama, 10 CWEs, 16 OOD CVEs, MiniLM
             # docs/cyberpal.md says ~55 CPU-min (an AMX machine, bf16); on an AVX2 machine (fp32)
             # on 2026-12-02 arm A's first seed alone had not finished after 40 CPU-min, and small
-            # trains 4 such units (A, B x 2 seeds; token_matched=1 adds 2): an estimate
+            # trains 4 such units (A, B x 2 seeds; token_matched=1 adds 2): an estimate;
+            # measured 2026-12-02 on an AMX machine (bf16) with token_matched=1: 143 CPU-min
             "small": 180,
         },
     ),
