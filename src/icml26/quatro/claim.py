@@ -117,7 +117,8 @@ def _run_seed(seed, spec, progress=None):
     """Every (setting, arm) for one seed: ({(arm, setting): summary}, tr_dual query stats, SFT info)."""
     base, tok, info = warm_policy(spec["hidden"], spec["layers"], spec["sft_steps"], seed, progress)
     # the tuning seed's on-policy runs at the tuned LR are tuning runs already: reuse them
-    tuned = _tune_memo(spec, seed) if spec["tune"] and seed == spec["tune_seed"] else None
+    tune_seed = spec["tuning"].get("protocol", {}).get("seed")
+    tuned = _tune_memo(spec, seed) if spec["tune"] and seed == tune_seed else None
     out, qstats = {}, []
     for mu, lr_x in spec["settings"]:
         for arm, over in spec["arms"]:
@@ -223,8 +224,8 @@ def _spec(ctx: RunContext) -> dict:
         delta=float(o.get("delta", 0.05)),
         tune=str(o.get("tune", ctx.pick(tiny="0", small="1", full="1"))) == "1",
         lrs={k: float(v) for k, v in json.loads(o.get("tuned_lrs", "{}")).items()},
-        # the seed the tuning ran on (set by units(); None when LRs were given by hand)
-        tune_seed=json.loads(o.get("tuning", "{}")).get("protocol", {}).get("seed"),
+        # what tune_lrs recorded, set by units() ({} when LRs were given by hand)
+        tuning=json.loads(o.get("tuning", "{}")),
     )
 
 
@@ -260,7 +261,7 @@ def run_unit(ctx: RunContext) -> Result:
     rows += [{"kind": "query", **q} for q in qstats] + [{"kind": "sft", **info}]
     rows.append({"kind": "lrs", "lrs": {a: spec["lrs"].get(_lr_key(a), spec["base_lr"])
                                         for a, _ in spec["arms"]},
-                 "tuning": json.loads(ctx.options.get("tuning", "{}"))})
+                 "tuning": spec["tuning"]})
     return Result(rows=rows, headline=Measure("unit", 0.0), target=0.0)
 
 
