@@ -39,6 +39,9 @@ def test_errored_or_other_options_record_is_not_used(tmp_path):
     _record(tmp_path, cpu_time_s=90.0, options={"seeds": "1"})
     assert expected(CLAIM, "small", tmp_path).source == "estimate"
     assert expected(CLAIM, "small", tmp_path, {"seeds": "1"}).cpu_min == 1.5
+    other = expected(CLAIM, "small", tmp_path, {"seeds": "2", "dtype": "fp32"})
+    assert (other.cpu_min, other.options_ignored) == (30, True)
+    assert other.source == "estimate at default options; --opt dtype=fp32 seeds=2 not counted"
     result_path(tmp_path, "c", "small").write_text(json.dumps({"verdict": "error",
                                                                "cpu_time_s": 1.0}))
     assert expected(CLAIM, "small", tmp_path).source == "estimate"

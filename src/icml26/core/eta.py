@@ -4,7 +4,9 @@ Per claim and scale, the best figure at hand: the last recorded run in the resul
 (``OUT/NAME/SCALE.json``: its ``cpu_time_s``; from a record without one, ``wall_time_s`` times
 the threads it ran with, an upper bound), else the estimate the claim keeps
 (:attr:`icml26.core.claims.Claim.cpu_minutes`). A record is used only when it ran with the same
-``--opt`` options and did not end in an error (an error may stop a run early).
+``--opt`` options and did not end in an error (an error may stop a run early). The estimate is
+for the claim's default options: with ``--opt`` and no record of a run with the same options, the
+source says so (``estimate at default options``), since options such as ``seeds`` scale the work.
 
 Imports nothing heavy: ``icml26 reproduce --dry-run`` answers without torch.
 """
@@ -26,8 +28,10 @@ class Eta:
     """One claim's expected CPU time at one scale.
 
     ``cpu_min``: CPU-minutes (user + system, every thread), ``None`` when nothing is known;
-    ``source``: ``"last run DATE"`` (possibly ``"..., <= wall x threads"``), ``"estimate"`` or
-    ``"unknown"``; ``upper_bound``: the figure is a wall time times threads.
+    ``source``: ``"last run DATE"`` (possibly ``"..., <= wall x threads"``), ``"estimate"``
+    (``"estimate at default options; ..."`` when ``--opt`` options were given) or ``"unknown"``;
+    ``upper_bound``: the figure is a wall time times threads; ``options_ignored``: the figure is
+    the default-options estimate although options were given.
     """
 
     name: str
@@ -35,6 +39,7 @@ class Eta:
     cpu_min: float | None
     source: str
     upper_bound: bool = False
+    options_ignored: bool = False
 
 
 def _from_record(record: dict, name: str, scale: str) -> Eta | None:
@@ -70,6 +75,11 @@ def expected(claim: Claim, scale: str, out_root: str | os.PathLike = "results",
     estimate = claim.cpu_minutes.get(scale)
     if estimate is None:
         return Eta(claim.name, scale, None, "unknown")
+    if options:
+        given = " ".join(f"{k}={v}" for k, v in sorted(options.items()))
+        return Eta(claim.name, scale, float(estimate),
+                   f"estimate at default options; --opt {given} not counted",
+                   options_ignored=True)
     return Eta(claim.name, scale, float(estimate), "estimate")
 
 
