@@ -231,3 +231,33 @@ def test_cli_list_and_show_print_the_uninformative_reason(tmp_path):
     assert r.exit_code == 0, r.output
     assert "uninformative: floor: every system" in r.output
     assert "power floor: NO" in r.output and "control:" in r.output
+
+
+def test_tiny_results_carry_a_pipeline_check_banner_and_verdict_counts(tmp_path):
+    ok = Claim("c", "P", "S", "F", run=_with_figure)
+    lower = Claim("d", "P", "S", "F", run=lambda ctx: Result(
+        rows=[], headline=Measure("h", 0.5, "x", (0.4, 0.6), higher_is_better=False), target=0.9))
+    claims = [ok, lower, Claim("e", "P", "S", "F", run=lambda ctx: None)]
+    run_claim(ok, scale="small", out_root=tmp_path)
+    md, page = build_report(claims, tmp_path)
+    html_text, md_text = page.read_text(), md.read_text()
+    assert 'id="scale-banner"' not in html_text and "Pipeline check" not in md_text
+    assert "Verdicts (3 claims): reproduced 1, not run 2." in md_text
+
+    run_claim(lower, scale="tiny", out_root=tmp_path)
+    md, page = build_report(claims, tmp_path)
+    html_text, md_text = page.read_text(), md.read_text()
+    assert 'id="scale-banner"' in html_text
+    assert "1 of the 2 results on this page are at scale tiny" in html_text
+    assert "> **Pipeline check.**" in md_text
+    assert "Verdicts (3 claims): reproduced 2, not run 1." in md_text
+    assert html_text.count('<span class="v v-reproduced">reproduced</span> 2') == 1
+
+    from icml26.core.report import collect, draw_summary
+    fig, _ = draw_summary(claims, collect(tmp_path))
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert ticks == ["e", "d ↓", "c ↑"]  # bottom to top; no direction for a claim not run
+    assert "pipeline check" in ax.get_title()
+    legend = ax.get_legend()
+    assert legend is not None and legend.get_bbox_to_anchor().x0 > ax.get_window_extent().x1 - 1

@@ -130,6 +130,13 @@ def render_markdown(claims: list[Claim], records: dict[str, dict], out_root: Pat
         f"Generated {datetime.now(UTC).isoformat(timespec='seconds')}.",
         "",
     ]
+    banner = scale_banner(records)
+    if banner:
+        lines += [f"> **Pipeline check.** {banner}", ""]
+    if records:
+        counts = verdict_counts(claims, records)
+        lines += [f"Verdicts ({len(claims)} claims): "
+                  + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".", ""]
     if summary:
         lines += ["![Reported vs measured, per paper](summary.png)", ""]
     lines += [
@@ -255,18 +262,30 @@ def draw_summary(claims: list[Claim], records: dict[str, dict]):
                     label="paper")
             values.append(pv)
             plotted.setdefault(c.name, {})["paper"] = pv
-    ax.set_yticks(range(n), [c.name for c in reversed(claims)], fontsize=9)
+    def tick(c: Claim) -> str:  # the headline's direction, from the record's Measure
+        h = (records.get(c.name) or {}).get("headline") or {}
+        if h.get("value") is None or "higher_is_better" not in h:
+            return c.name
+        return f"{c.name} {'↑' if h['higher_is_better'] else '↓'}"
+
+    ax.set_yticks(range(n), [tick(c) for c in reversed(claims)], fontsize=9)
     ax.set_xscale("log")
     if values:
         ax.set_xlim(min(values) / 1.6, max(values) * 1.6)
     ax.axvline(1.0, color="#ccc", lw=0.8, zorder=0)
-    ax.set_xlabel("headline ratio (log scale): measured here (dot, spread as bar) vs paper (◇)")
+    ax.set_xlabel("headline ratio (log scale): measured here (dot, spread as bar) vs paper (◇);"
+                  "\n↑ higher is better, ↓ lower is better")
     ax.set_ylim(-0.7, n - 0.3)
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles, strict=True))
     if uniq:
-        ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="lower right", framealpha=0.9)
-    ax.set_title("Each paper's headline: reported vs measured in miniature", fontsize=11)
+        # outside the axes, so that no point (the health check's included) is hidden under it
+        ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+    tiny = any((r or {}).get("scale") == "tiny" for r in records.values())
+    ax.set_title("Each paper's headline: reported vs measured in miniature"
+                 + ("\n(tiny results: a pipeline check, not a reproduction)" if tiny else ""),
+                 fontsize=11, color="#8a5a00" if tiny else "black")
     fig.tight_layout()
     return fig, plotted
 
@@ -297,6 +316,7 @@ figure{margin:1em 0}figcaption{font-size:0.88em;color:#444}
 img{max-width:100%;height:auto;border:1px solid #ddd}
 pre{background:#f6f6f6;padding:0.6em;overflow-x:auto;font-size:0.85em;white-space:pre-wrap}
 .small{color:#555;font-size:0.9em}
+.banner{border:2px solid #8a5a00;background:#fff8e6;padding:0.5em 0.8em;margin:0.8em 0}
 nav.toc{font-size:0.9em}
 @media (max-width:600px){body{padding:0 0.5em}table{font-size:0.8em}
 #index tr>:nth-child(3){display:none}}
@@ -425,6 +445,32 @@ def _section(c: Claim, r: dict, out_root: Path) -> list[str]:
     return out
 
 
+def verdict_counts(claims: list[Claim], records: dict[str, dict],
+                   bad: dict[str, str] | None = None) -> dict[str, int]:
+    """``{status: number of claims}`` in :data:`_VERDICT_RANK` order, statuses with none left out."""
+    bad = bad or {}
+    counts: dict[str, int] = {}
+    for c in claims:
+        r = records.get(c.name)
+        status = "unreadable result" if r is None and c.name in bad else _status(c, r)
+        counts[status] = counts.get(status, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: _VERDICT_RANK.get(kv[0], 9)))
+
+
+def scale_banner(records: dict[str, dict]) -> str | None:
+    """A warning when any shown record ran at ``tiny``: the CI size checks that a claim runs end to
+    end and computes its verdict, on settings too small to say whether the paper's claim holds."""
+    tiny = sorted(n for n, r in records.items() if r.get("scale") == "tiny")
+    if not tiny:
+        return None
+    which = ("Every result on this page is" if len(tiny) == len(records) else
+             f"{len(tiny)} of the {len(records)} results on this page are")
+    return (f"{which} at scale tiny: a pipeline check, not a reproduction. Tiny settings only "
+            "show that a claim runs end to end and computes its verdict and power checks; those "
+            "verdicts say nothing about the paper. The documented verdicts are those at "
+            "--scale small (the README's table).")
+
+
 def render_html(claims: list[Claim], records: dict[str, dict], out_root: Path,
                 summary: Path | None = None, bad: dict[str, str] | None = None) -> str:
     bad = bad or {}
@@ -439,6 +485,14 @@ def render_html(claims: list[Claim], records: dict[str, dict], out_root: Path,
         "own baselines; verdicts are computed from the measured headline, its spread and the "
         "target, never written in.</p></header><main>",
     ]
+    banner = scale_banner(records)
+    if banner:
+        out.append(f'<p class="banner" id="scale-banner" role="note"><b>Pipeline check.</b> '
+                   f"{html.escape(banner)}</p>")
+    if records or bad:
+        counts = verdict_counts(claims, records, bad)
+        out.append('<p id="verdict-counts"><b>Verdicts</b> (' + str(len(claims)) + " claims): "
+                   + ", ".join(f"{_verdict_span(k)} {v}" for k, v in counts.items()) + "</p>")
     if not records and not bad:
         out.append('<p id="empty"><b>No claim has run yet.</b> Run one with '
                    "<code>icml26 reproduce tie --scale tiny</code> (or <code>make reproduce "
