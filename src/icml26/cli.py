@@ -418,10 +418,12 @@ def reproduce(
     for c in claims:  # several claims: each gets the keys it declares, and says so
         if left := sorted(given.keys() - options[c.name].keys()):
             console.print(f"{c.name}: [dim]does not take --opt {', '.join(left)}[/]")
+    from icml26.core.io import check_output_dir
     from icml26.core.jobs import Job, parse_jobs
 
     with _user_errors():
         backend = parse_jobs(jobs, max_retries=retries)
+        check_output_dir(out, "--out")  # a file there, or no permission: before any work
     if resume:
         claims, skipped = _resumable(claims, out, scale.value, seed)
         for name in skipped:
@@ -433,6 +435,11 @@ def reproduce(
     _print_eta(claims, job_list, scale.value, out, out_console if dry_run else console)
     if dry_run:
         return
+    if jobs is None or jobs.strip().isdigit():  # a remote worker checks its own devices
+        from icml26.core.torchutil import check_device
+
+        with _user_errors():
+            check_device(device)
     _quiet_libraries()
     from rich.progress import (
         BarColumn,
@@ -500,8 +507,18 @@ def report(
 ) -> None:
     """Rebuild OUT/report.md and OUT/report.html from the JSON records (per claim: the largest scale run, newest first)."""
     from icml26 import claims_index
+    from icml26.core.io import check_output_dir
     from icml26.core.report import build_report
 
+    with _user_errors():
+        if not out.exists():  # a mistyped folder would give an all-"not run" page
+            raise UserError(f"--out {out}: no such results folder; run `icml26 reproduce` "
+                            "first, or name the folder it wrote")
+        check_output_dir(out, "--out")
+        if pdf:
+            from icml26.core.io import check_output_file
+
+            check_output_file(out / "report.pdf", "the PDF")
     md, page = build_report(claims_index.CLAIMS, out, scale.value if scale else None)
     console.print(f"wrote {md} and {page}")
     if pdf:

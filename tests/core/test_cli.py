@@ -139,3 +139,27 @@ def test_reproduce_prints_the_eta_first_then_uses_the_last_run(fake_claims, monk
                             "--out", str(tmp_path)])
     assert r.exit_code == 0
     assert f"last run {rec['started_at'][:10]}" in r.output and "estimate" not in r.output
+
+
+def test_outputs_and_device_are_checked_before_any_work(fake_claims, tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(claims_index, "CLAIMS", [
+        Claim("good", "P", "S", "F", run=lambda ctx: ran.append(1) or _ok(ctx), area="t")])
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("x")
+    r = runner.invoke(app, ["reproduce", "good", "--scale", "tiny", "--out", str(a_file)])
+    assert r.exit_code == 2 and "is a file" in r.output and not ran
+    r = runner.invoke(app, ["reproduce", "good", "--scale", "tiny", "--out", str(tmp_path / "r"),
+                            "--device", "tpu"])
+    assert r.exit_code == 2 and "tpu" in r.output and not ran
+    r = runner.invoke(app, ["reproduce", "good", "--scale", "tiny", "--out", str(tmp_path / "r"),
+                            "--device", "cuda:0"])
+    import torch
+    if not torch.cuda.is_available():
+        assert r.exit_code == 2 and "no CUDA GPU" in r.output and not ran
+    assert not (tmp_path / "r").exists()
+    r = runner.invoke(app, ["report", "--out", str(tmp_path / "typo")])
+    assert r.exit_code == 2 and "no such results folder" in r.output
+    assert not (tmp_path / "typo").exists()
+    r = runner.invoke(app, ["report", "--out", str(a_file)])
+    assert r.exit_code == 2 and "is a file" in r.output

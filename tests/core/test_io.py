@@ -68,3 +68,35 @@ def test_atomic_dir_replaces_whole_folder_or_nothing(tmp_path):
         (d / "c.txt").write_text("2")
     assert sorted(p.name for p in out.iterdir()) == ["c.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_output_checks_name_the_path_before_any_work(tmp_path):
+    import os
+
+    from icml26.core.errors import UserError
+    from icml26.core.io import check_output_dir, check_output_file
+
+    a_file = tmp_path / "f.txt"
+    a_file.write_text("x")
+    assert check_output_dir(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
+    assert not (tmp_path / "new").exists()  # checked, not created
+    assert check_output_dir(tmp_path) == tmp_path
+    with pytest.raises(UserError, match=r"results folder .*f\.txt is a file"):
+        check_output_dir(a_file, "results folder")
+    with pytest.raises(UserError, match=r"f\.txt is a file, not a folder"):
+        check_output_dir(a_file / "sub")
+    assert check_output_file(tmp_path / "out.json") == tmp_path / "out.json"
+    assert check_output_file(a_file) == a_file
+    with pytest.raises(UserError, match="exists"):
+        check_output_file(a_file, overwrite=False)
+    with pytest.raises(UserError, match=r"--out .* is a folder; give a file name"):
+        check_output_file(tmp_path, "--out")
+    with pytest.raises(UserError, match="is a file, not a folder"):
+        check_output_file(a_file / "x.json")
+    if os.geteuid() != 0:  # root may write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(UserError, match="not writable"):
+            check_output_dir(locked / "sub")
+        with pytest.raises(UserError, match="not writable"):
+            check_output_dir(locked)

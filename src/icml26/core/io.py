@@ -23,7 +23,63 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_write_json",
+    "check_output_dir",
+    "check_output_file",
 ]
+
+
+def _first_existing(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _creatable(path: Path, what: str) -> None:
+    """``path`` does not exist yet: its nearest existing ancestor must be a writable folder."""
+    from icml26.core.errors import UserError
+
+    base = _first_existing(path.parent if str(path.parent) else Path("."))
+    if not base.is_dir():
+        raise UserError(f"{what} {path}: {base} is a file, not a folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {path}: cannot create it, {base} is not writable")
+
+
+def check_output_dir(path: str | os.PathLike, what: str = "output folder") -> Path:
+    """Before any work: ``path`` is a writable folder, or one that can be created. Raises
+    :class:`~icml26.core.errors.UserError` naming the path (a file in its place, no permission)."""
+    from icml26.core.errors import UserError
+
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"{what} {path} is a file; give a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UserError(f"{what} {path} is not writable")
+        return path
+    _creatable(path, what)
+    return path
+
+
+def check_output_file(path: str | os.PathLike, what: str = "output file",
+                      overwrite: bool = True) -> Path:
+    """Before any work: ``path`` can be written as a file (not a folder; its folder exists or can
+    be created and is writable; an existing file only when ``overwrite``). Raises
+    :class:`~icml26.core.errors.UserError` naming the path."""
+    from icml26.core.errors import UserError
+
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a folder; give a file name")
+    if path.exists():
+        if not overwrite:
+            raise UserError(f"{what} {path} exists; remove it or give another name")
+        if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK | os.X_OK):
+            raise UserError(f"{what} {path} is not writable")
+        return path
+    _creatable(path, what)
+    return path
 
 
 @contextlib.contextmanager
