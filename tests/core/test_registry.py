@@ -88,3 +88,21 @@ def test_a_landed_claim_without_power_checks_is_caught():
     bare = Claim("bare", "p", "s", "f", run=lambda ctx: None)
     planned = Claim("later", "p", "s", "f")
     assert declaration_problems([bare, planned]) == ["bare: no PowerSpec (Claim.power)"]
+
+
+def test_every_landed_claim_has_a_test_that_runs_it_at_tiny():
+    """The tiny CPU budget (tests/conftest.py) is checked on the records the claim tests write, so
+    each landed claim needs a test that runs it at ``tiny``."""
+    import re
+    from pathlib import Path
+
+    files = [p.read_text(encoding="utf-8") for p in Path(__file__).parents[1].rglob("test_*.py")]
+    missing = []
+    for c in claims_index.CLAIMS:
+        if c.planned:
+            continue
+        n = re.escape(c.name)
+        pattern = re.compile(rf'get\("{n}"\)|Claim\("{n}"|reproduce", "{n}"')
+        if not any('scale="tiny"' in t and pattern.search(t) for t in files):
+            missing.append(c.name)
+    assert not missing, f"no test runs these claims at tiny: {missing}"

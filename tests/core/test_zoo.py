@@ -163,12 +163,21 @@ def test_dtype_policy_avx2_is_fp32_without_probing(fresh_policy, monkeypatch):
 def test_dtype_policy_native_flag_needs_a_winning_probe(fresh_policy, monkeypatch, bf16_s, expect):
     calls = []
     monkeypatch.setattr(lm, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     monkeypatch.setattr(lm, "_bf16_probe", lambda: calls.append(1) or {"fp32_s": 1.0, "bf16_s": bf16_s})
     assert lm.default_dtype("cpu") == expect
     record = json.loads(fresh_policy.read_text())
     assert [v["native_bf16"] for v in record.values()] == [expect == torch.bfloat16]
     monkeypatch.setattr(lm, "_NATIVE_BF16", None)  # a new process: reads the cached probe
     assert lm.default_dtype("cpu") == expect and calls == [1]
+
+
+def test_dtype_policy_follows_a_capped_kernel_family(fresh_policy, monkeypatch):
+    # ATEN_CPU_CAPABILITY=avx2 on an AMX CPU: torch emulates bf16, so answer as an AVX2 machine
+    monkeypatch.setattr(lm, "_cpu_flags", lambda: {"avx2", "avx512f", "amx_bf16", "avx512_bf16"})
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(lm, "_bf16_probe", lambda: pytest.fail("probed under an AVX2 cap"))
+    assert lm.default_dtype("cpu") == torch.float32
 
 
 def test_dtype_policy_env_override(fresh_policy, monkeypatch):

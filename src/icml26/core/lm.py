@@ -389,7 +389,8 @@ def cpu_native_bf16() -> bool:
     """True when this CPU runs bf16 matmuls natively and faster than fp32.
 
     Needs the AVX-512-BF16 or AMX-BF16 flag (``/proc/cpuinfo``; torch's ``AVX512``/``AMX``
-    capability where there is no cpuinfo) *and* a 1-second probe in which bf16 beats fp32; the
+    capability where there is no cpuinfo), torch dispatching above AVX2 (not capped by
+    ``ATEN_CPU_CAPABILITY``) *and* a 1-second probe in which bf16 beats fp32; the
     answer is cached per machine (CPU model, flags, torch version) in
     ``$XDG_CACHE_HOME/icml26/cpu-dtype.json``. ``ICML26_CPU_DTYPE=bf16|fp32`` overrides both.
     """
@@ -402,10 +403,14 @@ def cpu_native_bf16() -> bool:
     if _NATIVE_BF16 is not None:
         return _NATIVE_BF16
     flags = _cpu_flags()
+    # torch's kernel family: ATEN_CPU_CAPABILITY=avx2 (make test-avx2) runs an AVX-512 CPU as an
+    # AVX2 one, and there bf16 is emulated, so the policy must answer as on an AVX2 machine
+    capability = torch.backends.cpu.get_cpu_capability()
     if flags:
-        capable = bool({"avx512_bf16", "amx_bf16"} & flags)
+        capable = bool({"avx512_bf16", "amx_bf16"} & flags) and capability not in (
+            "DEFAULT", "AVX2")
     else:
-        capable = torch.backends.cpu.get_cpu_capability() in ("AVX512", "AMX")
+        capable = capability in ("AVX512", "AMX")
     if not capable:
         _NATIVE_BF16 = False
         return False
