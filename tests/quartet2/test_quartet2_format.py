@@ -220,3 +220,16 @@ def test_subnormal_amax_does_not_divide_by_zero():
     x[0, -1] = 1.401298464324817e-45  # the smallest float32 subnormal: its tensor scale underflows
     deq = fake_quant(x)
     assert bool(torch.isfinite(deq).all()) and bool((deq * x >= 0).all())
+
+
+def test_scale_division_is_true_division_bit_for_bit():
+    # tensor_scale/block_scales_rtn divide by a 0-dim device tensor so that CUDA does not turn the
+    # division into x * (1/d) (a last-bit difference for ~1/3 of inputs, issue 33): on CPU the
+    # result must stay the plain division, and it is not the reciprocal product
+    from icml26.quartet2.nvfp4 import _div
+
+    x = torch.rand(4096, generator=torch.Generator().manual_seed(0), dtype=torch.float32) * 100
+    for d in (6.0, 448.0 * 6.0, 6.0 / ((17 / 16) * 0.93), 4.0):
+        assert torch.equal(_div(x, d), x / d)
+    recip = x * torch.tensor(1 / 6.0, dtype=torch.float32)
+    assert not torch.equal(_div(x, 6.0), recip)  # the CUDA shortcut would change these bits

@@ -204,6 +204,14 @@ def _from_groups(g: torch.Tensor, rows: int, cols: int, block: tuple[int, int]) 
     return g.reshape(rows // br, cols // bc, br, bc).permute(0, 2, 1, 3).reshape(rows, cols)
 
 
+def _div(x: torch.Tensor, d: float) -> torch.Tensor:
+    """``x / d`` rounded once (IEEE division) on every device. CUDA computes a tensor divided by
+    a Python (CPU) scalar as ``x * (1/d)``, which differs from the division in the last bit for
+    about a third of inputs and breaks CPU/GPU bit-exactness; a 0-dim tensor on ``x``'s device
+    takes the true-division kernel there too. On CPU the result is the same as ``x / d``."""
+    return x / torch.tensor(d, dtype=torch.float32, device=x.device)
+
+
 def tensor_scale(amax: torch.Tensor, scales_max: float, v_max: float) -> torch.Tensor:
     """FP32 ``amax / (scales_max * v_max)``, or 1 when that is 0.
 
@@ -212,13 +220,13 @@ def tensor_scale(amax: torch.Tensor, scales_max: float, v_max: float) -> torch.T
     one 1.4e-45).
     """
     amax = amax.float()
-    s = amax / (scales_max * v_max)
+    s = _div(amax, scales_max * v_max)
     return torch.where(s > 0, s, torch.ones_like(s))
 
 
 def block_scales_rtn(gmax: torch.Tensor, v_max: float, s_t: torch.Tensor) -> torch.Tensor:
     """E4M3 block scales ``RTN(gmax / v_max / s_t)`` as float32, zeros replaced by 1."""
-    s = e4m3_rtn(gmax / v_max / s_t).float()
+    s = e4m3_rtn(_div(gmax, v_max) / s_t).float()
     return torch.where(s == 0, torch.ones_like(s), s)
 
 
