@@ -195,7 +195,8 @@ def _set_module(model: nn.Module, name: str, new: nn.Module) -> None:
 
 @torch.no_grad()
 def _fuse_diagonal(model: nn.Module, name: str, t: BlockTransform) -> bool:
-    """Fold diag T into the producer of ``name``'s input when exact (Llama-style names)."""
+    """Fold diag T into the producer of ``name``'s input when exact (Llama-style names); the
+    product runs on the producer's device (T's blocks may live on the CPU)."""
     diag = t.blocks.reshape(-1)
     parent, _, leaf = name.rpartition(".")
     block = parent.rpartition(".")[0]
@@ -211,6 +212,7 @@ def _fuse_diagonal(model: nn.Module, name: str, t: BlockTransform) -> bool:
     except AttributeError:
         return False
     w = prod.weight
+    diag = diag.to(w.device)
     if w.dim() == 1 and w.shape[0] == diag.shape[0]:  # RMSNorm gain
         w.copy_((w.double() * diag).to(w.dtype))
     elif w.dim() == 2 and w.shape[0] == diag.shape[0]:  # up_proj rows
@@ -261,7 +263,11 @@ def quantize_model_(
         q = QuantLinear(
             w.to(lin.weight.device),
             None if lin.bias is None else lin.bias.detach(),
-            None if online is None else online.blocks.to(lin.weight.device),
+            # a copy per linear (as the cast to a narrower dtype makes anyway): linears sharing
+            # one transform must not share the buffer, or save_model keeps only one name of it
+            None
+            if online is None
+            else online.blocks.to(device=lin.weight.device, dtype=dtype, copy=True),
             config,
             dtype,
         )
@@ -391,7 +397,9 @@ def load_quantized(folder: Path, model: nn.Module | None = None, device: str = "
     for name, spec in man["modules"].items():
         lin = model.get_submodule(name)
         cfg = QuantConfig(**spec["config"])
-        blocks = None if spec["blocks"] is None else torch.zeros(spec["blocks"])
+        blocks = (
+            None if spec["blocks"] is None else torch.zeros(spec["blocks"], device=lin.weight.device)
+        )
         bias = None if getattr(lin, "bias", None) is None else lin.bias.detach()
         q = QuantLinear(lin.weight.detach(), bias, blocks, QuantConfig(None, None), dtype)
         q.config = cfg

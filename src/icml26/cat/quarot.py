@@ -125,18 +125,22 @@ def quarot_rotate_(model: nn.Module, seed: int = 0) -> dict[str, BlockTransform]
     ``seed + 1 + 2 i`` and ``seed + 2 + 2 i`` for layer i)."""
     embed, layers, norm, head = _parts(model)
     d = embed.weight.shape[1]
-    q = random_hadamard(d, seed)
+    q = random_hadamard(d, seed, device=embed.weight.device)  # CPU-built, the weights' device
     untie_head_(model)
 
+    def rot(w: torch.Tensor) -> torch.Tensor:  # Q on w's device (a model may span devices)
+        return q if q.device == w.device else q.to(w.device)
+
     def read(lin: nn.Linear, gamma: torch.Tensor) -> None:
-        _set(lin.weight, (lin.weight.to(_F64) * gamma) @ q)
+        w = lin.weight.to(_F64)
+        _set(lin.weight, (w * gamma.to(w.device)) @ rot(w))
 
     def write(lin: nn.Linear) -> None:
-        _set(lin.weight, q.T @ lin.weight.to(_F64))
+        _set(lin.weight, rot(lin.weight).T @ lin.weight.to(_F64))
         if lin.bias is not None:
-            _set(lin.bias, q.T @ lin.bias.to(_F64))
+            _set(lin.bias, rot(lin.bias).T @ lin.bias.to(_F64))
 
-    _set(embed.weight, embed.weight.to(_F64) @ q)
+    _set(embed.weight, embed.weight.to(_F64) @ rot(embed.weight))
     for layer in layers:
         g = _gamma(layer.input_layernorm)
         for p in READ_ATTN:
@@ -173,12 +177,12 @@ def quarot_layer_transforms(model: nn.Module, seed: int = 0) -> dict[str, BlockT
     are mixed by the residual rotation, which changes its per-row quantization). The LM head is
     not included (it stays in full precision). Same ``seed`` as :func:`quarot_rotate_`."""
     embed, layers, norm, head = _parts(model)
-    q = random_hadamard(embed.weight.shape[1], seed)
+    q = random_hadamard(embed.weight.shape[1], seed)  # on the CPU, like every transform here
     names = {id(m): n for n, m in model.named_modules()}
     out: dict[str, BlockTransform] = {}
 
     def reader(norm_mod: nn.Module, lins) -> None:
-        g = _gamma(norm_mod)
+        g = _gamma(norm_mod).to(q.device)
         if bool((g == 0).any()):
             raise ValueError(f"{names[id(norm_mod)]}: a zero RMSNorm gain has no inverse")
         t = BlockTransform((q.T / g)[None], kind="quarot-residual")

@@ -52,7 +52,8 @@ def _qmax(bits: int) -> int:
 class SQNRStats:
     """Streaming SQNR of one linear under one transform; feed token batches with :meth:`update`.
 
-    weight: (m, d) original W; transform: a :class:`BlockTransform` or None (identity);
+    weight: (m, d) original W (the statistics are computed on its device); transform: a
+    :class:`BlockTransform` or None (identity);
     w_bits / a_bits: None keeps that side in fp. ``dtype`` is the compute dtype.
     """
 
@@ -69,7 +70,7 @@ class SQNRStats:
         wp = w if self.transform is None else self.transform.inverse_into(w)
         rot = getattr(self.transform, "out_rotation", None)
         if rot is not None:  # outputs rotated too (norm-preserving): y' = R y, W' = R W T^-1
-            wp = rot.to(torch.float64) @ wp
+            wp = rot.to(device=wp.device, dtype=torch.float64) @ wp
         self._wp = wp.to(self.dtype)
         self._wq = (
             self._wp if self.w_bits is None else quantize_sym(wp, self.w_bits, "channel")
@@ -82,8 +83,9 @@ class SQNRStats:
         self.n_tokens = 0
 
     def update(self, x: torch.Tensor) -> None:
-        """Add tokens x (..., d) of the layer's original (untransformed) input."""
-        x = x.reshape(-1, self.d).to(self.dtype)
+        """Add tokens x (..., d) of the layer's original (untransformed) input (moved to the
+        weight's device)."""
+        x = x.reshape(-1, self.d).to(device=self._wp.device, dtype=self.dtype)
         xp = x if self.transform is None else self.transform.apply(x)
         y = xp @ self._wp.T
         xq = xp if self.a_bits is None else quantize_sym(xp, self.a_bits, "token")
