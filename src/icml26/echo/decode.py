@@ -170,14 +170,25 @@ def _truncate(toks: list[int], n: int, eos) -> list[int]:
 
 @torch.no_grad()
 def greedy_reference(model, prompt: Sequence[int], max_new_tokens: int, eos_token_id: int | None = None) -> list[int]:
-    """Brute-force greedy decoding: a full HF forward of the whole sequence for every token."""
+    """Brute-force greedy decoding: a full HF forward of the whole sequence for every token (the
+    input on the model's device)."""
+    device = _model_device(model)
     ids = list(prompt)
     out = []
     for _ in range(max_new_tokens):
-        logits = model(torch.as_tensor([ids])).logits[0, -1]
+        logits = model(torch.tensor([ids], dtype=torch.int64, device=device)).logits[0, -1]
         tok = int(logits.argmax())
         out.append(tok)
         ids.append(tok)
         if eos_token_id is not None and tok == eos_token_id:
             break
     return out
+
+
+def _model_device(model) -> torch.device:
+    """Where ``model`` takes its inputs: HF's ``model.device``, else its first parameter's."""
+    dev = getattr(model, "device", None)
+    if isinstance(dev, torch.device):
+        return dev
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")

@@ -49,6 +49,12 @@ def _eos_set(model, eos_token_id) -> set[int] | None:
     return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(x) for x in eos_token_id}
 
 
+def _tensor(x) -> torch.Tensor:
+    """``x`` as a tensor, a tensor left on its device (``torch.as_tensor`` would move it to the
+    default device inside a ``torch.device`` context)."""
+    return x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+
+
 @torch.no_grad()
 def echo_generate(model, input_ids: torch.Tensor, assistant_model=None, *, attention_mask: torch.Tensor | None = None,
                   max_new_tokens: int = 20, do_sample: bool = False, eos_token_id: int | Iterable[int] | None = None,
@@ -64,7 +70,7 @@ def echo_generate(model, input_ids: torch.Tensor, assistant_model=None, *, atten
         included); default ``B * (policy.total + 1)`` (no cross-request pressure).
     tokenizer, assistant_tokenizer : when both are given they are checked with
         :func:`check_tokenizers`.
-    Returns ``(B, T + N)`` int64 (``N`` the longest row's new tokens), or, with
+    Returns ``(B, T + N)`` int64 on ``input_ids``' device (``N`` the longest row's new tokens), or, with
     ``return_dict_in_generate``, ``{"sequences": ..., "stats": GenerateOutput}`` (per-step log).
     """
     if do_sample:
@@ -73,10 +79,10 @@ def echo_generate(model, input_ids: torch.Tensor, assistant_model=None, *, atten
         check_tokenizers(tokenizer, assistant_tokenizer)
     if assistant_model is None and exit_layer is None:
         raise ValueError("pass assistant_model=<draft model> or exit_layer=<l> (self-draft)")
-    ids = torch.as_tensor(input_ids)
+    ids = _tensor(input_ids)
     if ids.dim() != 2:
         raise ValueError(f"input_ids must have shape (B, T); got {tuple(ids.shape)}")
-    mask = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else torch.as_tensor(attention_mask).bool()
+    mask = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else _tensor(attention_mask).bool()
     if mask.shape != ids.shape:
         raise ValueError(f"attention_mask shape {tuple(mask.shape)} differs from input_ids {tuple(ids.shape)}")
     prompts = []
@@ -98,8 +104,7 @@ def echo_generate(model, input_ids: torch.Tensor, assistant_model=None, *, atten
         pad_token_id = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
         pad_token_id = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
     n = max(len(t) for t in out.tokens)
-    new = torch.full((b, n), int(pad_token_id), dtype=ids.dtype)
-    for r, t in enumerate(out.tokens):
-        new[r, :len(t)] = torch.as_tensor(t, dtype=ids.dtype)
+    rows = [list(t) + [int(pad_token_id)] * (n - len(t)) for t in out.tokens]
+    new = torch.tensor(rows, dtype=ids.dtype, device=ids.device)  # beside input_ids (GPU ids)
     seq = torch.cat([ids, new], 1)
     return {"sequences": seq, "stats": out} if return_dict_in_generate else seq
