@@ -114,3 +114,89 @@ def _tiny_claims_stay_tiny(request):
     if over:
         pytest.fail(f"tiny claims over the {TINY_BUDGET_CPU_S:.0f} CPU-s budget (make their tiny "
                     f"settings smaller): {', '.join(over)}", pytrace=False)
+
+
+_OLD_OUTPUT = None
+
+
+def _old_output_class():
+    """A model output shaped like transformers 5.17's: the cache field is ``past_key_values``
+    (no ``.cache``)."""
+    global _OLD_OUTPUT
+    if _OLD_OUTPUT is None:
+        from dataclasses import dataclass
+        from typing import Any
+
+        from transformers.utils import ModelOutput
+
+        @dataclass
+        class OldCacheOutput(ModelOutput):
+            loss: Any = None
+            logits: Any = None
+            last_hidden_state: Any = None
+            past_key_values: Any = None
+            hidden_states: Any = None
+            attentions: Any = None
+
+        _OLD_OUTPUT = OldCacheOutput
+    return _OLD_OUTPUT
+
+
+def _old_cache_api(model):
+    """Make an HF model (in place; returned) look like transformers 5.17's on either side of the
+    ``past_key_values`` -> ``cache`` rename: its ``forward`` declares ``past_key_values`` and no
+    ``cache``, a stray ``cache=`` keyword is dropped (5.17's ``**kwargs`` silently ignored it, so
+    the call ran on a fresh cache), and the output carries ``past_key_values`` (no ``.cache``).
+    A causal LM (``.model`` + ``.lm_head``) gets its decoder stack converted too, and calls it
+    with ``past_key_values``, as 5.17's outer forward does. Instance attributes only: the class
+    and every other instance are untouched. Under transformers 5.17 itself the model is returned
+    as it is (its API already)."""
+    import inspect
+
+    from icml26.core.hfcache import output_cache
+
+    old = _old_output_class()
+    cls_forward = type(model).forward
+    sig = inspect.signature(cls_forward)
+    names = list(sig.parameters)
+    if "cache" not in names:  # an older transformers (5.17) is installed: already its API
+        assert "past_key_values" in names, f"{type(model).__name__}.forward takes no cache"
+        return model
+    params = [p.replace(name="past_key_values") if p.name == "cache" else p
+              for p in list(sig.parameters.values())[1:]]
+    body = getattr(model, "model", None)
+    head = getattr(model, "lm_head", None)
+    if body is not None and head is not None:
+        _old_cache_api(body)
+
+        def forward(input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                    inputs_embeds=None, labels=None, use_cache=None, logits_to_keep=0, **kwargs):
+            kwargs.pop("cache", None)
+            out = body(input_ids=input_ids, attention_mask=attention_mask,
+                       position_ids=position_ids, past_key_values=past_key_values,
+                       inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+            h = out.last_hidden_state
+            keep = logits_to_keep
+            if isinstance(keep, int):
+                keep = slice(-keep, None)
+            return old(logits=head(h[:, keep, :]), past_key_values=out.past_key_values,
+                       hidden_states=out.hidden_states, attentions=out.attentions)
+    else:
+
+        def forward(*args, past_key_values=None, **kwargs):
+            kwargs.pop("cache", None)
+            out = cls_forward(model, *args, cache=past_key_values, **kwargs)
+            return old(last_hidden_state=out.last_hidden_state, past_key_values=output_cache(out),
+                       hidden_states=out.hidden_states, attentions=out.attentions)
+
+    forward.__signature__ = sig.replace(parameters=params)
+    model.forward = forward
+    return model
+
+
+@pytest.fixture
+def old_cache_api():
+    """``old_cache_api(model)``: :func:`_old_cache_api` (a transformers-5.17-shaped forward on a
+    model of the installed transformers), for tests that guard the cache-keyword rename without
+    5.17 installed."""
+    return _old_cache_api

@@ -7,6 +7,7 @@ cache across generate calls, and two caches or two models side by side.
 """
 
 import copy
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from icml26.binarypc import BinaryPCCache, BinaryPCConfig, apply_binarypc, prime
 from icml26.binarypc.methods import make_method
 from icml26.binarypc.patch import _allowed, calibrate, sparse_decode, sparse_replay
 from icml26.binarypc.select import budget
+from icml26.core.hfcache import cache_kw, cache_kwarg, output_cache
 from icml26.core.lm import tiny_llama
 
 
@@ -123,7 +125,7 @@ def test_generate_with_cache_equals_existing_path(model, cfg):
     apply_binarypc(model, BinaryPCConfig())  # the model's default config differs from cfg ...
     try:
         cache = BinaryPCCache(model, cfg)  # ... the cache's own config is the one used
-        got = _gen(model, ids, mask, cache=cache, **kw)
+        got = _gen(model, ids, mask, **cache_kw(model, cache), **kw)
         apply_binarypc(model, cfg)
         default = _gen(model, ids, mask, **kw)  # generate's own cache, upgraded by the patch
     finally:
@@ -134,7 +136,7 @@ def test_generate_with_cache_equals_existing_path(model, cfg):
     for a, b, c in zip(got.scores, ref.scores, default.scores, strict=True):
         assert torch.equal(a, b) and torch.equal(c, b)
     # the cache is the one generate used and returned, and sparse decoding mattered
-    assert got.cache is cache and ids.shape[1] == cache.layers[1].P
+    assert output_cache(got) is cache and ids.shape[1] == cache.layers[1].P
     assert cache.get_seq_length() == ids.shape[1] + 5
     assert (
         max((a - d).abs().max() for a, d in zip(got.scores[1:], dense.scores[1:], strict=True))
@@ -154,7 +156,10 @@ def test_sampling_and_past_key_values_name(model):
     apply_binarypc(model, cfg)
     try:
         torch.manual_seed(11)
-        with pytest.warns(FutureWarning, match="past_key_values"):
+        # transformers >= 5.2x: a deprecated alias of `cache`; 5.17: the name itself, no warning
+        renamed = cache_kwarg(model) == "cache"
+        warns = pytest.warns(FutureWarning, match="past_key_values") if renamed else nullcontext()
+        with warns:
             got = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=True,
                                  top_k=0, pad_token_id=0, past_key_values=BinaryPCCache(model))  # fmt: skip
     finally:
@@ -179,7 +184,7 @@ def test_beam_search_equals_existing_path(model, method):
     ref = ref_generate(model, cfg, ids, directions=d, **kw)
     apply_binarypc(model, cfg, directions=d)
     try:
-        got = model.generate(ids, cache=BinaryPCCache(model), **kw)
+        got = model.generate(ids, **cache_kw(model, BinaryPCCache(model)), **kw)
     finally:
         remove_binarypc(model)
     assert torch.equal(got, ref)
@@ -187,7 +192,7 @@ def test_beam_search_equals_existing_path(model, method):
 
 def _step(model, cache, toks):
     with torch.no_grad():
-        return model(input_ids=toks, cache=cache, use_cache=True).logits[:, -1]
+        return model(input_ids=toks, **cache_kw(model, cache), use_cache=True).logits[:, -1]
 
 
 def test_reorder_select_and_repeat_move_the_codes_with_the_rows():
@@ -203,7 +208,7 @@ def test_reorder_select_and_repeat_move_the_codes_with_the_rows():
         def prefilled():
             c = BinaryPCCache(m)
             with torch.no_grad():
-                m(input_ids=ids, cache=c, use_cache=True)
+                m(input_ids=ids, **cache_kw(m, c), use_cache=True)
             return c
 
         base = _step(m, prefilled(), toks)
@@ -245,16 +250,16 @@ def test_cache_reuse_across_generate_calls(model):
     AttentionMaskInterface.register("bpc_ref", ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     model.set_attn_implementation("bpc_ref")
     try:
-        r1 = model.generate(ids, cache=ref_cache, **kw)
-        r2 = model.generate(torch.cat([r1, more], 1), cache=ref_cache, **kw)
+        r1 = model.generate(ids, **cache_kw(model, ref_cache), **kw)
+        r2 = model.generate(torch.cat([r1, more], 1), **cache_kw(model, ref_cache), **kw)
     finally:
         model.set_attn_implementation("sdpa")
     apply_binarypc(model, cfg)
     try:
         cache = BinaryPCCache(model)
-        g1 = model.generate(ids, cache=cache, **kw)
+        g1 = model.generate(ids, **cache_kw(model, cache), **kw)
         n1 = cache.get_seq_length()
-        g2 = model.generate(torch.cat([g1, more], 1), cache=cache, **kw)
+        g2 = model.generate(torch.cat([g1, more], 1), **cache_kw(model, cache), **kw)
     finally:
         remove_binarypc(model)
     assert torch.equal(g1, r1) and torch.equal(g2, r2)
@@ -277,7 +282,7 @@ def test_two_caches_and_two_models_do_not_share_state():
         def run(model, ids, n=4):
             c = BinaryPCCache(model)
             with torch.no_grad():
-                out = [model(input_ids=ids, cache=c, use_cache=True).logits[:, -1]]
+                out = [model(input_ids=ids, **cache_kw(model, c), use_cache=True).logits[:, -1]]
             return c, out
 
         def cont(model, c, out):
@@ -312,7 +317,7 @@ def test_crop_keeps_or_rebuilds_the_codes():
     try:
         c = BinaryPCCache(m)
         with torch.no_grad():
-            m(input_ids=ids, cache=c, use_cache=True)
+            m(input_ids=ids, **cache_kw(m, c), use_cache=True)
         first = [_step(m, c, t[None]) for t in toks]
         c.crop(-3)  # decode tokens only: the codes stay
         assert c.get_seq_length() == 100 and c.layers[1].P == 100
@@ -339,7 +344,7 @@ def test_prime_shares_the_dense_prefill_without_changing_it():
     m = m.double().eval()
     ids = torch.randint(3, 250, (1, 90), generator=torch.Generator().manual_seed(15))
     with torch.no_grad():
-        past = m(input_ids=ids, use_cache=True).cache
+        past = output_cache(m(input_ids=ids, use_cache=True))
     k0 = [layer.keys for layer in past.layers]
     cfg = BinaryPCConfig(token_budget=12, dense_layers=(0,))
     apply_binarypc(m, cfg)
@@ -348,7 +353,7 @@ def test_prime_shares_the_dense_prefill_without_changing_it():
         a = [_step(m, c, torch.tensor([[t]])) for t in (5, 6, 7)]
         own = BinaryPCCache(m)
         with torch.no_grad():
-            m(input_ids=ids, cache=own, use_cache=True)
+            m(input_ids=ids, **cache_kw(m, own), use_cache=True)
         b = [_step(m, own, torch.tensor([[t]])) for t in (5, 6, 7)]
     finally:
         remove_binarypc(m)
@@ -367,11 +372,11 @@ def test_bad_cache_inputs():
     with pytest.raises(ValueError, match="patched with apply_binarypc"):
         sparse_replay(m, ids, 10)
     with torch.no_grad():
-        past = m(input_ids=ids, use_cache=True).cache
+        past = output_cache(m(input_ids=ids, use_cache=True))
     apply_binarypc(m, BinaryPCConfig(token_budget=8))
     try:
         with pytest.raises(ValueError, match=r"DynamicCache holding 40 tokens.*prime"):
-            m(input_ids=ids[:, :1], cache=past, use_cache=True)
+            m(input_ids=ids[:, :1], **cache_kw(m, past), use_cache=True)
         with pytest.raises(ValueError, match="out of range"):
             BinaryPCCache(m, BinaryPCConfig(dense_layers=(5,)))
         with pytest.raises(ValueError, match=r"\(3, 2, 64, 16\)"):

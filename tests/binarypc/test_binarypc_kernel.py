@@ -24,6 +24,7 @@ from icml26.binarypc.select import (
     sparse_attention,
     topk_later_ties,
 )
+from icml26.core.hfcache import cache_kw
 
 needs_kernel = pytest.mark.skipif(
     not kernel.available(),
@@ -279,7 +280,7 @@ def test_patched_generate_is_identical_on_both_backends(method):
         for be in ("torch", "cpp"):
             cfg = BinaryPCConfig(method=method, token_budget=20, dense_layers=(0,), backend=be)
             with torch.no_grad():
-                out[be] = model.generate(ids, cache=BinaryPCCache(model, cfg), **kw)
+                out[be] = model.generate(ids, **cache_kw(model, BinaryPCCache(model, cfg)), **kw)
     finally:
         remove_binarypc(model)
     assert torch.equal(out["cpp"].sequences, out["torch"].sequences)

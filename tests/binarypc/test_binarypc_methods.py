@@ -7,6 +7,7 @@ from icml26.binarypc import BinaryPCConfig, apply_binarypc, remove_binarypc
 from icml26.binarypc.codes import binary_pcs, hash_keys, unpack_signs
 from icml26.binarypc.methods import error_count, make_method, metadata_bytes, worst_first
 from icml26.binarypc.select import code_scores, select_tokens
+from icml26.core.hfcache import cache_kw
 from icml26.core.lm import tiny_llama
 
 
@@ -170,9 +171,9 @@ def test_recode_new_hashes_only_the_new_tokens(tiny):
     try:
         cache = BinaryPCCache(tiny)
         with torch.no_grad():
-            tiny(input_ids=a, cache=cache, use_cache=True)
+            tiny(input_ids=a, **cache_kw(tiny, cache), use_cache=True)
             first = {k: v.clone() for k, v in cache.layers[1].meta.items() if torch.is_tensor(v)}
-            tiny(input_ids=b, cache=cache, use_cache=True)
+            tiny(input_ids=b, **cache_kw(tiny, cache), use_cache=True)
         lay = cache.layers[1]
         assert lay.P == 49
         assert torch.equal(lay.meta["V"], first["V"])
@@ -185,8 +186,8 @@ def test_recode_new_hashes_only_the_new_tokens(tiny):
         assert torch.equal(lay.meta["err_order"], worst_first(lay.meta["err"]))
         full = BinaryPCCache(tiny, BinaryPCConfig(token_budget=8, dense_layers=(0,), recode="all"))
         with torch.no_grad():
-            tiny(input_ids=a, cache=full, use_cache=True)
-            tiny(input_ids=b, cache=full, use_cache=True)
+            tiny(input_ids=a, **cache_kw(tiny, full), use_cache=True)
+            tiny(input_ids=b, **cache_kw(tiny, full), use_cache=True)
         assert full.layers[1].P == 49 and not torch.equal(full.layers[1].meta["V"], first["V"])
     finally:
         remove_binarypc(tiny)
@@ -201,11 +202,11 @@ def test_code_decode_hashes_decode_tokens_in_batches(tiny):
     try:
         cache = BinaryPCCache(tiny)
         with torch.no_grad():
-            out = tiny(input_ids=ids, cache=cache, use_cache=True)
+            out = tiny(input_ids=ids, **cache_kw(tiny, cache), use_cache=True)
             Ps = []
             for _ in range(7):
                 nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-                out = tiny(input_ids=nxt, cache=cache, use_cache=True)
+                out = tiny(input_ids=nxt, **cache_kw(tiny, cache), use_cache=True)
                 Ps.append(cache.layers[1].P)
         assert Ps == [60, 60, 63, 63, 63, 66, 66]
         lay = cache.layers[1]

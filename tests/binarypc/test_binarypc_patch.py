@@ -7,6 +7,7 @@ from icml26.binarypc import BinaryPCConfig, apply_binarypc, remove_binarypc
 from icml26.binarypc.methods import make_method
 from icml26.binarypc.patch import capture_qkv, sparse_decode
 from icml26.binarypc.select import budget
+from icml26.core.hfcache import cache_kw, output_cache
 from icml26.core.lm import tiny_llama
 
 
@@ -20,12 +21,12 @@ def _decode(model, ids, n=4):
     """Greedy decode; returns (n+1, B, vocab) last-position logits and the generated ids."""
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=True)
-        cache, logs, toks = out.cache, [out.logits[:, -1]], []
+        cache, logs, toks = output_cache(out), [out.logits[:, -1]], []
         for _ in range(n):
             nxt = logs[-1].argmax(-1, keepdim=True)
             toks.append(nxt)
-            out = model(input_ids=nxt, cache=cache, use_cache=True)
-            cache = out.cache
+            out = model(input_ids=nxt, **cache_kw(model, cache), use_cache=True)
+            cache = output_cache(out)
             logs.append(out.logits[:, -1])
     return torch.stack(logs), torch.cat(toks, 1)
 
@@ -65,9 +66,9 @@ def test_sparse_decode_matches_offline_evaluation(model):
     try:
         with torch.no_grad():
             out = model(input_ids=ids, use_cache=True)
-            cache = out.cache
+            cache = output_cache(out)
             for t in range(3):
-                out = model(input_ids=toks[:, t : t + 1], cache=cache, use_cache=True)
+                out = model(input_ids=toks[:, t : t + 1], **cache_kw(model, cache), use_cache=True)
         meta, P = cache.layers[2].meta, cache.layers[2].P
     finally:
         hook.remove()
@@ -132,10 +133,10 @@ def test_per_query_replay_equals_step_by_step_decode(cfg):
     try:
         with torch.no_grad():
             out = m(input_ids=ids[:, :P], use_cache=True)
-            cache, steps = out.cache, [out.logits[:, -1]]
+            cache, steps = output_cache(out), [out.logits[:, -1]]
             for t in range(P, ids.shape[1] - 1):
-                out = m(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
-                cache = out.cache
+                out = m(input_ids=ids[:, t : t + 1], **cache_kw(m, cache), use_cache=True)
+                cache = output_cache(out)
                 steps.append(out.logits[:, -1])
     finally:
         remove_binarypc(m)
@@ -187,7 +188,7 @@ def test_replay_from_a_shared_dense_prefill_and_prime(method):
     full = sparse_replay(m, ids, P)
     remove_binarypc(m)
     with torch.no_grad():
-        past = m(input_ids=ids[:, :P], use_cache=True).cache
+        past = output_cache(m(input_ids=ids[:, :P], use_cache=True))
     apply_binarypc(m, cfg)
     cached = sparse_replay(m, ids[:, P:], P, past=past)
     remove_binarypc(m)
@@ -197,12 +198,12 @@ def test_replay_from_a_shared_dense_prefill_and_prime(method):
     apply_binarypc(m, cfg)
     primed = prime(m, past)
     with torch.no_grad():
-        a = m(input_ids=ids[:, P : P + 1], cache=primed, use_cache=True).logits
+        a = m(input_ids=ids[:, P : P + 1], **cache_kw(m, primed), use_cache=True).logits
     remove_binarypc(m)
     assert past.get_seq_length() == P and primed.get_seq_length() == P + 1
     apply_binarypc(m, cfg)
     with torch.no_grad():
-        c2 = m(input_ids=ids[:, :P], use_cache=True).cache
-        b = m(input_ids=ids[:, P : P + 1], cache=c2, use_cache=True).logits
+        c2 = output_cache(m(input_ids=ids[:, :P], use_cache=True))
+        b = m(input_ids=ids[:, P : P + 1], **cache_kw(m, c2), use_cache=True).logits
     remove_binarypc(m)
     assert (a - b).abs().max() < 1e-9

@@ -6,6 +6,7 @@ import warnings
 import pytest
 import torch
 
+from icml26.core.hfcache import cache_kw, output_cache
 from icml26.restore import RestoreConfig, apply_restore, remove_restore
 from icml26.restore.attention import STATE_KWARG, RestoreState, flex_available, restore_attention
 from icml26.restore.patch import restore_state
@@ -34,11 +35,11 @@ B = RestoreConfig(reducer="divprune", keep=20, gamma=None, positions="reindexed"
 
 def _prefill(model, ids, px, cfg):
     out = model(input_ids=ids, pixel_values=px, restore_config=cfg, use_cache=True)
-    return out.logits[:, -1], out.cache
+    return out.logits[:, -1], output_cache(out)
 
 
 def _step(model, tok, cache):
-    return model(input_ids=tok, cache=cache, use_cache=True).logits[:, -1]
+    return model(input_ids=tok, **cache_kw(model, cache), use_cache=True).logits[:, -1]
 
 
 def test_interleaved_requests_equal_sequential(model):

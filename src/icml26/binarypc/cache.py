@@ -15,15 +15,20 @@ and the random generator of the online directions (seeded with ``cfg.seed`` when
 made, so a request's draws depend on nothing outside its cache).
 
 The attention function finds the layer through the attention kwargs: ``BinaryPCLayer.update``
-receives the attention module's kwargs dict (``cache.update(..., kwargs=kwargs)``, as every
-decoder in transformers 5 calls it) and adds ``binarypc_layer=self`` to it, which the module
-then passes on to the registered attention function. Nothing is stored on the model.
+receives the attention module's kwargs dict (``cache.update(..., kwargs=kwargs)``, as the
+decoders of transformers >= 5.2x call it) and adds ``binarypc_layer=self`` to it, which the module
+then passes on to the registered attention function. Older 5.x decoders (5.17) call
+``cache.update(k, v, layer_idx)`` without the kwargs; there the layer is tagged, through a weak
+reference, on the key tensor it returns, which is the very tensor the module hands to the
+attention function next (:func:`layer_of`). Nothing is stored on the model.
 
 Beam reordering, batch selection / repeat-interleave and cropping keep K/V and the metadata in
 step; cropping into the coded prefix rebuilds the metadata over the kept keys.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
@@ -43,9 +48,21 @@ __all__ = [
 
 ATTN_NAME = "binarypc"
 LAYER_KWARG = "binarypc_layer"
+_KEY_TAG = "_binarypc_layer"  # on the key tensor a layer's update returned (older transformers)
 # attention implementations the patch can stand in for (its dense path is SDPA's, equal to eager)
 SUPPORTED_ATTN = ("sdpa", "eager")
 SUPPORTED_HEAD_DIMS = tuple(range(16, 257, 16))  # the tested range of the codes and kernels
+
+
+def layer_of(key: torch.Tensor, attn_kwargs: dict) -> BinaryPCLayer | None:
+    """The :class:`BinaryPCLayer` whose update produced ``key`` (the attention function's keys):
+    from the attention kwargs (popped), else from the tag on ``key``; ``None`` without a
+    BinaryPC cache."""
+    layer = attn_kwargs.pop(LAYER_KWARG, None)
+    if layer is None:
+        ref = getattr(key, _KEY_TAG, None)
+        layer = ref() if ref is not None else None
+    return layer
 
 
 def _decoder_layers(model) -> list:
@@ -138,6 +155,8 @@ class BinaryPCLayer(DynamicLayer):
         attn_kwargs = kwargs.get("kwargs")
         if isinstance(attn_kwargs, dict):
             attn_kwargs[LAYER_KWARG] = self
+        else:  # transformers 5.17: update(k, v, layer_idx) gets no attention kwargs
+            setattr(keys, _KEY_TAG, weakref.ref(self))
         return keys, values
 
     def prefill(self, keys: torch.Tensor, full: bool = False) -> None:

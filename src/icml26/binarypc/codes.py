@@ -47,7 +47,8 @@ def binary_pcs(
     A = keys.clone()
     L, D = A.shape[-2], A.shape[-1]
     lead = A.shape[:-2]
-    init = torch.randn((bits, *lead, D), generator=generator, dtype=torch.float64)
+    gen_device = None if generator is None else generator.device  # draws where the generator is
+    init = torch.randn((bits, *lead, D), generator=generator, dtype=torch.float64, device=gen_device)
     out, us = [], []
     for b in range(bits):
         v = init[b].to(device=A.device, dtype=A.dtype)

@@ -23,6 +23,7 @@ import torch
 
 from icml26.binarypc.methods import BinaryPCConfig
 from icml26.binarypc.patch import apply_binarypc, prime, remove_binarypc, sparse_replay
+from icml26.core.hfcache import cache_kw, output_cache
 
 __all__ = ["perplexity_study", "passkey_prompt", "passkey_reserve", "passkey_study"]
 
@@ -57,8 +58,8 @@ def perplexity_study(model, sequences, prefix: int, variants: dict, progress=Non
     for ids in sequences:
         ids = ids.reshape(1, -1)
         cont, tgt = ids[:, prefix:-1], ids[0, prefix + 1 :]
-        past = model(input_ids=ids[:, :prefix], use_cache=True).cache
-        dense = model(input_ids=cont, cache=past, use_cache=True).logits[0]
+        past = output_cache(model(input_ids=ids[:, :prefix], use_cache=True))
+        dense = model(input_ids=cont, **cache_kw(model, past), use_cache=True).logits[0]
         _crop(past, prefix)
         out["Dense"].append(_nll(dense, tgt))
         for label, cfg in variants.items():
@@ -93,7 +94,7 @@ def _greedy(model, past, first_logits, n: int) -> list[int]:
     toks, nxt = [], int(first_logits.argmax())
     for _ in range(n):
         toks.append(nxt)
-        out = model(input_ids=torch.tensor([[nxt]]), cache=past, use_cache=True)
+        out = model(input_ids=torch.tensor([[nxt]]), **cache_kw(model, past), use_cache=True)
         nxt = int(out.logits[0, -1].argmax())
     return toks
 
@@ -133,7 +134,7 @@ def passkey_study(
             start = (i * 1009) % max(1, filler.numel() - P)
             ids = passkey_prompt(tok, filler[start:], P, depth, key)
             out = model(input_ids=torch.tensor([ids]), use_cache=True)
-            past, last = out.cache, out.logits[0, -1]
+            past, last = output_cache(out), out.logits[0, -1]
             lp0 = float(torch.log_softmax(last.double(), -1)[key_ids[0]])
             for label, cfg in {"Dense": None, **variants}.items():
                 if cfg is not None:
@@ -145,7 +146,9 @@ def passkey_study(
                     _crop(past, P)
                     if len(key_ids) > 1:
                         if cfg is None:
-                            logits = model(input_ids=kt[:, :-1], cache=past, use_cache=True).logits
+                            logits = model(
+                                input_ids=kt[:, :-1], **cache_kw(model, past), use_cache=True
+                            ).logits
                             _crop(past, P)
                         else:
                             logits = sparse_replay(model, kt[:, :-1], P, past=past)

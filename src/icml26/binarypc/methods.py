@@ -120,6 +120,13 @@ class BinaryPCConfig:
             )
 
 
+def _gen_device(generator: torch.Generator | None) -> torch.device | None:
+    """Where a draw from ``generator`` must be made (its own device; None: the default one).
+    The prepare methods draw there and move the result beside the keys, so the usual CPU
+    generator gives the same draws whatever device the keys are on."""
+    return None if generator is None else generator.device
+
+
 def _memo(meta: dict, q: torch.Tensor, fn):
     """fn() once per query tensor when ``meta`` carries a "memo" dict (the claim scores the same
     queries at several budgets); otherwise just fn()."""
@@ -235,9 +242,9 @@ class _SimHash:
 
     def prepare(self, keys, generator, directions=None):
         D = keys.shape[-1]
-        R = torch.randn((D, self.cfg.bits), generator=generator, dtype=torch.float32).to(
-            keys.device
-        )
+        R = torch.randn(
+            (D, self.cfg.bits), generator=generator, dtype=torch.float32, device=_gen_device(generator)
+        ).to(keys.device)
         codes = pack_signs(
             torch.where(keys.to(work_dtype(keys)) @ R.to(work_dtype(keys)) >= 0, 1.0, -1.0)
         )
@@ -276,7 +283,8 @@ class _MagicPIG:
     sampled tokens exceed ``k`` for a query head, the sample is thinned uniformly at random to fit
     (the thinning rate multiplies p_i, so the estimator keeps its form); the realized budget is
     what was attended. Thinning draws are seeded by (seed, query position), so a batched replay
-    equals step-by-step decode.
+    equals step-by-step decode; they come from a generator on the keys' device (CPU and CUDA
+    draws differ, each reproducible). The output and the attended set are on the keys' device.
     """
 
     batched = ("mu", "codes", "kc")
@@ -287,7 +295,9 @@ class _MagicPIG:
     def prepare(self, keys, generator, directions=None):
         B, H, P, D = keys.shape
         K, Lt = self.cfg.lsh_k, self.cfg.lsh_l
-        R = torch.randn((D, Lt * K), generator=generator, dtype=torch.float32).to(keys.device)
+        R = torch.randn(
+            (D, Lt * K), generator=generator, dtype=torch.float32, device=_gen_device(generator)
+        ).to(keys.device)
         k = keys.to(work_dtype(keys))
         R = R.to(k.dtype)
         mu = k.mean(2, keepdim=True) if self.cfg.center else torch.zeros_like(k[:, :, :1])
@@ -307,25 +317,28 @@ class _MagicPIG:
         B, Hq, D = q.shape
         Hkv, L = keys.shape[1], keys.shape[2]
         G, P = Hq // Hkv, meta["P"]
+        dev = keys.device  # everything below lives beside the keys
         if positions is None:
-            positions = torch.full((B,), L - 1, dtype=torch.long)
-        pos = torch.arange(L)
+            positions = torch.full((B,), L - 1, dtype=torch.long, device=dev)
+        positions = positions.to(dev)
+        pos = torch.arange(L, device=dev)
         vis = pos[None, :] <= positions[:, None]  # (B, L) causal
         if allowed is not None:
-            vis = vis & allowed
+            vis = vis & allowed.to(dev)
         dense = (pos[None, :] < cfg.sinks) | (pos[None, :] > positions[:, None] - cfg.window)
         dense = dense | (pos[None, :] >= P)
         dense = (dense & vis)[:, None, :].expand(B, Hq, L)
         qf = q.to(work_dtype(q))
         qcodes = self._hash(qf, meta["R"])  # (B, Hq, Lt)
+        at = positions.tolist()  # one read of the query positions (no sync per row)
         kcodes = meta["codes"]  # (B', Hkv, P, Lt) with B' in {1, B}
         kc = meta["kc"]
-        out = torch.empty((B, Hq, D), dtype=qf.dtype)
-        sel = torch.zeros((B, Hq, L), dtype=torch.bool)
+        out = torch.empty((B, Hq, D), dtype=qf.dtype, device=dev)
+        sel = torch.zeros((B, Hq, L), dtype=torch.bool, device=dev)
         memo = meta.get("memo")  # optional dict: reuse collisions across budgets (claim)
         for b in range(B):
             bk = b if kcodes.shape[0] > 1 else 0
-            key = (b, int(positions[b]))
+            key = (b, int(at[b]))
             if memo is not None and key in memo:
                 hits, prob = memo[key]
             else:
@@ -345,8 +358,12 @@ class _MagicPIG:
             n_cand = cand.sum(-1)
             over = n_cand > room
             if bool(over.any()):
-                g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + int(positions[b]))
-                r = torch.rand((Hq, P), generator=g, dtype=torch.float64)
+                # a generator on the keys' device, same seed (on the CPU: the same draws as
+                # ever; a CUDA generator draws its own stream, reproducible on that device)
+                g = torch.Generator(device=dev).manual_seed(
+                    cfg.seed * 1_000_003 + int(at[b])
+                )
+                r = torch.rand((Hq, P), generator=g, dtype=torch.float64, device=dev)
                 r = torch.where(cand, r, torch.full_like(r, 2.0))
                 rank = r.argsort(-1).argsort(-1)
                 keep = cand & (rank < room[:, None])
@@ -471,7 +488,8 @@ class _Random:
 
     def prepare(self, keys, generator, directions=None):
         B, H, P, _ = keys.shape
-        return {"noise": torch.rand((B, H, P), generator=generator).to(keys.device)}
+        noise = torch.rand((B, H, P), generator=generator, device=_gen_device(generator))
+        return {"noise": noise.to(keys.device)}
 
     def score(self, q, meta, k):
         return meta["noise"], None

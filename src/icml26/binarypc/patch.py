@@ -22,16 +22,17 @@ from transformers.cache_utils import DynamicCache
 
 from icml26.binarypc.cache import (
     ATTN_NAME,
-    LAYER_KWARG,
     BinaryPCCache,
     BinaryPCLayer,
     BinaryPCState,
     _decoder_layers,
     check_attention,
     check_model,
+    layer_of,
 )
 from icml26.binarypc.methods import BinaryPCConfig
 from icml26.binarypc.select import budget, select_tokens, sparse_attention
+from icml26.core.hfcache import NAMES, cache_kw, cache_kwarg, take_cache
 
 __all__ = [
     "apply_binarypc",
@@ -101,7 +102,7 @@ def _sdpa():
 
 
 def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    layer: BinaryPCLayer | None = kwargs.pop(LAYER_KWARG, None)
+    layer: BinaryPCLayer | None = layer_of(key, kwargs)
 
     def dense():
         return _sdpa()(
@@ -243,7 +244,8 @@ def sparse_replay(
         cache = BinaryPCCache.from_cache(model, past, cfg, directions, code=False)
     cache.state.replay_P = int(prefix_len)
     cache.state.replay_chunk = int(chunk)
-    return model(input_ids=input_ids.to(model.device), cache=cache, use_cache=True).logits
+    ids = input_ids.to(model.device)
+    return model(input_ids=ids, **cache_kw(model, cache), use_cache=True).logits
 
 
 @torch.no_grad()
@@ -277,8 +279,7 @@ def _cache_hook(model):
     def hook(module, args, kwargs):
         if len(args) > 3:  # cache passed positionally: leave the call alone
             return None
-        name = "past_key_values" if "past_key_values" in kwargs else "cache"
-        cache = kwargs.get(name)
+        cache = next((kwargs[n] for n in NAMES if kwargs.get(n) is not None), None)
         if isinstance(cache, BinaryPCCache):
             return None
         if cache is None:
@@ -294,8 +295,8 @@ def _cache_hook(model):
                 f"cache with icml26.binarypc.prime(model, past))"
             )
         kwargs = dict(kwargs)
-        kwargs.pop("past_key_values", None)
-        kwargs["cache"] = BinaryPCCache(model)
+        take_cache(kwargs)
+        kwargs[cache_kwarg(module)] = BinaryPCCache(model)  # the name this decoder takes
         return args, kwargs
 
     return hook

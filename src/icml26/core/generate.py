@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from icml26.core.errors import UserError
+from icml26.core.hfcache import cache_kwarg
 
 __all__ = ["Generation", "PromptCache", "SlotCache", "generate", "encode_prompt", "eos_ids"]
 
@@ -402,7 +403,7 @@ def generate(
     import inspect
 
     params = inspect.signature(model.forward).parameters
-    kw_cache = "cache" if "cache" in params else "past_key_values"
+    kw_cache = cache_kwarg(model)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
     window = _sliding_window(model)
     neg = torch.finfo(p0.dtype).min if p0.dtype.is_floating_point else -1e30

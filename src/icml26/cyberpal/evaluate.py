@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from icml26.core.hfcache import cache_kw, output_cache
 from icml26.core.mcq import MCQItem
 from icml26.cyberpal.catalog import AttackCatalog, CweCatalog
 from icml26.cyberpal.formats import Format, parse
@@ -146,7 +147,7 @@ def _rank_cached(model, prompt, conts, pad, batch_size, device) -> np.ndarray:
     else:  # pragma: no cover - models without a separable head
         pre = model(input_ids=ids, attention_mask=attn, use_cache=True)
         logp_pre = _logp(pre.logits[0, scored])
-    kv = getattr(pre, "cache", None) or pre.past_key_values
+    kv = output_cache(pre)
     base = float(sum(logp_pre[k, prefix[len(prompt) + k]].double()
                      for k in range(len(prefix) - len(prompt))))
     first = logp_pre[-1]  # predicts each rest's first token
@@ -169,12 +170,12 @@ def _rank_cached(model, prompt, conts, pad, batch_size, device) -> np.ndarray:
         need[torch.arange(len(rest)), torch.tensor([len(x) - 1 for x in rest])] = False
         tgt = torch.cat([ids[:, 1:], ids[:, :1]], 1)[need]
         if dec is not None:
-            h = dec(input_ids=ids.to(device), attention_mask=attn, cache=cache,
+            h = dec(input_ids=ids.to(device), attention_mask=attn, **cache_kw(dec, cache),
                     use_cache=True).last_hidden_state
             lp = _logp(head(h[need.to(device)])) if need.any() else None
         else:  # pragma: no cover
-            lp = _logp(model(input_ids=ids.to(device), attention_mask=attn, cache=cache,
-                             use_cache=True).logits[need.to(device)])
+            lp = _logp(model(input_ids=ids.to(device), attention_mask=attn,
+                             **cache_kw(model, cache), use_cache=True).logits[need.to(device)])
         tok_lp = lp[torch.arange(len(tgt)), tgt.to(device)].double().cpu() if lp is not None \
             else torch.zeros(0, dtype=torch.float64)
         owner = torch.arange(len(rest))[:, None].expand_as(need)[need]

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from icml26.core.hfcache import cache_field, cache_kw, output_cache, take_cache
 from icml26.restore.anchors import Hybrid
 from icml26.restore.attention import (
     ATTN_NAME,
@@ -174,12 +175,15 @@ def is_patched(model) -> bool:
 
 
 def restore_state(obj) -> RestoreState | None:
-    """The :class:`RestoreState` of one call, from its output (``.cache``) or its cache; ``None``
-    when the call was not reduced (or ran without a cache). For inspection: reductions, positions."""
-    cache = getattr(obj, "cache", None) if hasattr(obj, "cache") else obj
-    if cache is None:
-        cache = getattr(obj, "past_key_values", None)
-    return getattr(cache, CACHE_ATTR, None)
+    """The :class:`RestoreState` of one call, from its output (``.cache``, or ``.past_key_values``
+    on older transformers) or its cache; ``None`` when the call was not reduced (or ran without a
+    cache). For inspection: reductions, positions."""
+    if obj is None:
+        return None
+    st = getattr(obj, CACHE_ATTR, None)  # obj is the cache itself
+    if st is not None:
+        return st
+    return getattr(output_cache(obj), CACHE_ATTR, None)
 
 
 def apply_restore(model, config: RestoreConfig):
@@ -403,10 +407,14 @@ def _patched_forward(
     mm_encoder_outputs=None,
     restore_config=None,
     restore_record=None,
+    past_key_values=None,
     **kwargs,
 ):
     patch: _Patch = self._icml26_restore
     kwargs.pop(STATE_KWARG, None)
+    # The cache arrives as ``cache`` (transformers >= 5.2x) or ``past_key_values`` (5.17: what
+    # generate and the outer forward pass there); it goes on under the name each callee takes.
+    cache = take_cache(kwargs, take_cache({"past_key_values": past_key_values}, cache))
     cfg = patch.config if restore_config is None else restore_config
     if not isinstance(cfg, RestoreConfig):
         raise TypeError(f"restore_config must be a RestoreConfig; got {type(cfg).__name__}")
@@ -439,7 +447,7 @@ def _patched_forward(
                 inputs_embeds=inputs_embeds,
                 attention_mask=None,
                 position_ids=pos,
-                cache=cache,
+                **cache_kw(self.language_model, cache),
                 **{STATE_KWARG: st},
                 **kwargs,
             )
@@ -450,7 +458,7 @@ def _patched_forward(
             pixel_values=None,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=cache,
+            **cache_kw(orig, cache),
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
@@ -485,29 +493,37 @@ def _patched_forward(
         inputs_embeds=embeds,
         attention_mask=None,
         position_ids=pos,
-        cache=cache,
+        **cache_kw(self.language_model, cache),
         **{STATE_KWARG: st},
         **kwargs,
     )
     st.dist = None
     st.record = None
-    if out.cache is not None:
-        setattr(out.cache, CACHE_ATTR, st)
+    out_cache = output_cache(out)
+    if out_cache is not None:
+        setattr(out_cache, CACHE_ATTR, st)
     return _output(self, out)
 
 
 def _output(inner, out):
-    """The model family's own output class (``LlavaModelOutputWithPast`` etc.)."""
+    """The model family's own output class (``LlavaModelOutputWithPast`` etc.), with its cache
+    under the class's own field name (``cache`` or ``past_key_values``)."""
     import sys
 
     mod = sys.modules[type(inner).__module__]
-    cls = next(getattr(mod, n) for n in dir(mod) if n.endswith("ModelOutputWithPast"))
+    own = f"{type(inner).__name__}OutputWithPast"  # LlavaModel -> LlavaModelOutputWithPast
+    cls = getattr(mod, own, None)
+    if cls is None:  # a class defined in the family's module, not an imported base class
+        found = [getattr(mod, n) for n in dir(mod) if n.endswith("ModelOutputWithPast")]
+        cls = next(c for c in found if getattr(c, "__module__", None) == mod.__name__)
+    fields = getattr(cls, "__dataclass_fields__", {})
+    extra = {"image_outputs": None} if "image_outputs" in fields else {}
     return cls(
         last_hidden_state=out.last_hidden_state,
-        cache=out.cache,
         hidden_states=out.hidden_states,
         attentions=out.attentions,
-        image_outputs=None,
+        **{cache_field(cls): output_cache(out)},
+        **extra,
     )
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from icml26.core.hfcache import cache_kw, output_cache
 from icml26.core.io import atomic_write_json
 
 __all__ = ["SampleConfig", "sample_lengths", "prompt_key", "sample_population"]
@@ -203,7 +204,7 @@ def _decode_concat(model, tok, jobs, cfg, eos, sample, record, tick, refill_at, 
                 gpos = (gmask.cumsum(1) - 1).clamp(min=0)
                 out = model(input_ids=inp.to(device), attention_mask=gmask.to(device),
                             position_ids=gpos.to(device), use_cache=True, logits_to_keep=1)
-                gkv = _kv(out.cache)
+                gkv = _kv(output_cache(out))
                 tok1 = sample(out.logits[:, -1])
                 gpos_next = gmask.sum(1)
                 if kv is None or not keys:
@@ -223,9 +224,9 @@ def _decode_concat(model, tok, jobs, cfg, eos, sample, record, tick, refill_at, 
             else:
                 mask = torch.cat([mask, torch.ones(len(keys), 1, dtype=torch.long)], dim=1)
                 out = model(input_ids=last[:, None].to(device), attention_mask=mask.to(device),
-                            position_ids=pos[:, None].to(device), cache=_make_cache(kv),
+                            position_ids=pos[:, None].to(device), **cache_kw(model, _make_cache(kv)),
                             use_cache=True, logits_to_keep=1)
-                kv = _kv(out.cache)
+                kv = _kv(output_cache(out))
                 pos = pos + 1
                 last = sample(out.logits[:, -1])
                 count = count + 1
