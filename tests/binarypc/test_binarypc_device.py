@@ -88,3 +88,29 @@ def test_cuda_magicpig_runs_on_the_device():
         out, sel = _magicpig(q, keys, values, k)
         assert out.device.type == sel.device.type == "cuda"
         assert torch.isfinite(out).all()
+
+
+def test_decode_eval_builds_its_inputs_on_the_models_device():
+    """perplexity_study and passkey_study make token tensors (greedy steps, the key, the prompt):
+    they must go to the model's device, not the default one (``meta`` here stands for a CUDA
+    model whose inputs were built on the CPU)."""
+    import numpy as np
+
+    from icml26.binarypc import BinaryPCConfig
+    from icml26.binarypc.decode_eval import passkey_config, passkey_study, perplexity_study
+    from icml26.core.lm import tiny_llama
+
+    m, tok = tiny_llama(64, 3, 4, 2, 128, 320, vocab="bytes", seed=7)
+    m = m.double().eval()
+    seqs = [torch.randint(3, 250, (111,), generator=torch.Generator().manual_seed(2))]
+    filler = torch.tensor(tok("the quick brown fox jumps over the lazy dog. " * 40).input_ids)
+    variants = {"BinaryPC": BinaryPCConfig(token_budget=16, dense_layers=(0,))}
+    pk = {"BinaryPC": passkey_config(0.5, method="bpc", dense_layers=(0,), min_context=16)}
+    ref = perplexity_study(m, seqs, 100, variants)
+    ref_pk = passkey_study(m, tok, filler, [320], [1], pk, max_new=4)
+    with ELSEWHERE:
+        got = perplexity_study(m, seqs, 100, variants)
+        got_pk = passkey_study(m, tok, filler, [320], [1], pk, max_new=4)
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+    assert got_pk == ref_pk

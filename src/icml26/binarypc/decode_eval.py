@@ -42,7 +42,12 @@ def _crop(past, n: int) -> None:
 
 def _nll(logits: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
     lp = torch.log_softmax(logits.double(), -1)
-    return (-lp.gather(-1, targets[:, None]).squeeze(-1)).numpy()
+    return (-lp.gather(-1, targets.to(lp.device)[:, None]).squeeze(-1)).cpu().numpy()
+
+
+def _device(model) -> torch.device:
+    """The device of the model's first parameter (inputs built here go there)."""
+    return next(model.parameters()).device
 
 
 @torch.no_grad()
@@ -56,7 +61,7 @@ def perplexity_study(model, sequences, prefix: int, variants: dict, progress=Non
     """
     out: dict[str, list] = {"Dense": []}
     for ids in sequences:
-        ids = ids.reshape(1, -1)
+        ids = ids.reshape(1, -1).to(_device(model))
         cont, tgt = ids[:, prefix:-1], ids[0, prefix + 1 :]
         past = output_cache(model(input_ids=ids[:, :prefix], use_cache=True))
         dense = model(input_ids=cont, **cache_kw(model, past), use_cache=True).logits[0]
@@ -94,7 +99,7 @@ def _greedy(model, past, first_logits, n: int) -> list[int]:
     toks, nxt = [], int(first_logits.argmax())
     for _ in range(n):
         toks.append(nxt)
-        out = model(input_ids=torch.tensor([[nxt]]), **cache_kw(model, past), use_cache=True)
+        out = model(input_ids=torch.tensor([[nxt]], device=_device(model)), **cache_kw(model, past), use_cache=True)
         nxt = int(out.logits[0, -1].argmax())
     return toks
 
@@ -127,13 +132,13 @@ def passkey_study(
             depth = depths[i % len(depths)]
             key = str(rng.randint(10000, 99999))
             key_ids = tok(" " + key, add_special_tokens=False).input_ids
-            kt = torch.tensor([key_ids])
+            kt = torch.tensor([key_ids], device=_device(model))
             # The whole trial fits in L positions: prompt + the greedy answer (max_new forwards)
             # and the teacher-forced key replay (len(key) - 1 tokens) both stay below L.
             P = L - passkey_reserve(max_new, len(key_ids))
             start = (i * 1009) % max(1, filler.numel() - P)
             ids = passkey_prompt(tok, filler[start:], P, depth, key)
-            out = model(input_ids=torch.tensor([ids]), use_cache=True)
+            out = model(input_ids=torch.tensor([ids], device=_device(model)), use_cache=True)
             past, last = output_cache(out), out.logits[0, -1]
             lp0 = float(torch.log_softmax(last.double(), -1)[key_ids[0]])
             for label, cfg in {"Dense": None, **variants}.items():
