@@ -47,9 +47,9 @@ def test_parquet(tmp_path):
             "model,q1,q2\nm1,1,2\n",
             r"w.csv: model 'm1', item 'q2': value '2' is not 0, 1 or missing",
         ),
-        ("model,q1,q1\nm1,1,0\n", "duplicate item id 'q1'"),
+        ("model,q1,q1\nm1,1,0\n", "duplicate column 'q1'"),
         ("model,q1\nm1,1\nm1,0\n", "duplicate model id 'm1'"),
-        ("model,q1\nm1,1,0\n", "row 2 has 3 fields"),
+        ("model,q1\nm1,1,0\n", r"row 1 has 3 fields; the header has 2 .*\(line 2\)"),
     ],
 )
 def test_bad_wide(tmp_path, text, match):

@@ -54,7 +54,7 @@ def test_errors_are_one_line(tmp_path):
     assert r.exit_code == 2 and "unknown task(s) ['poems']" in r.output
     (tmp_path / "x.jsonl").write_text("{bad\n")
     r = runner.invoke(app, ["verify", str(tmp_path / "x.jsonl")])
-    assert r.exit_code == 2 and "x.jsonl:1: not JSON" in r.output
+    assert r.exit_code == 2 and "x.jsonl: row 1: not JSON" in r.output
     csv = tmp_path / "r.csv"
     csv.write_text("cve_id,description\nCVE-2020-1,x\n")
     r = runner.invoke(app, ["build", "--tasks", "cve2cwe", "--records", str(csv), "-o",

@@ -79,7 +79,7 @@ def test_jsonl_round_trip_and_bad_lines(tmp_path):
     with pytest.raises(UserError, match=r"d.jsonl:2: not a chat record"):
         read_jsonl(p)
     p.write_text("{oops\n")
-    with pytest.raises(UserError, match=r"d.jsonl:1: not JSON"):
+    with pytest.raises(UserError, match=r"d.jsonl: row 1: not JSON.*\(line 1\)"):
         read_jsonl(p)
 
 

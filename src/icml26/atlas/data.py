@@ -14,7 +14,6 @@ and the value.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from icml26.core.errors import UserError
+from icml26.core.tables import read_table
 
 __all__ = ["Responses", "load_responses", "clean"]
 
@@ -98,30 +98,18 @@ def _cell(value, source: str, model: str, item: str) -> float:
     )
 
 
-def _read_table(path: Path) -> tuple[list[str], list[list]]:
-    """Header and rows of a CSV or Parquet file (cells as str for CSV, python values for Parquet)."""
+def _read_table(path: Path):
+    """The file as a :class:`~icml26.core.tables.Table` (CSV/TSV cells as str, Parquet and JSONL
+    cells as Python values): BOM, delimiter, empty and header-only files, duplicate columns and
+    ragged rows are handled there."""
     suffix = path.suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise UserError(
-                f"{path}: reading Parquet needs pyarrow (`pip install pyarrow`)"
-            ) from None
-        try:
-            table = pq.read_table(path)
-        except Exception as exc:
-            raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
-        header = [str(c) for c in table.column_names]
-        cols = [table.column(i).to_pylist() for i in range(table.num_columns)]
-        return header, [list(r) for r in zip(*cols, strict=True)]
-    if suffix not in (".csv", ".tsv", ".txt"):
+    if suffix not in (".csv", ".tsv", ".txt", ".parquet", ".pq", ".jsonl"):
         raise UserError(f"{path}: unknown extension {suffix!r}; use .csv, .tsv or .parquet")
-    with path.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t" if suffix == ".tsv" else ","))
-    if not rows:
-        raise UserError(f"{path}: empty file")
-    return [h.strip() for h in rows[0]], [r for r in rows[1:] if r]
+    return read_table(path, what="responses")
+
+
+def _text(v) -> str:
+    return "" if v is None else str(v).strip()
 
 
 def load_responses(path: str | os.PathLike, layout: str = "auto") -> Responses:
@@ -130,7 +118,8 @@ def load_responses(path: str | os.PathLike, layout: str = "auto") -> Responses:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"responses file {path} does not exist")
-    header, rows = _read_table(path)
+    t = _read_table(path)
+    header, rows = t.columns, [[r.get(c) for c in t.columns] for r in t.rows]
     lower = [h.lower() for h in header]
     is_long = all(c in lower for c in _LONG_COLUMNS)
     if layout == "auto":
@@ -143,15 +132,14 @@ def load_responses(path: str | os.PathLike, layout: str = "auto") -> Responses:
                 f"{src}: long layout needs columns model, item, correct; missing {', '.join(missing)}"
             )
         im, ii, ic = (lower.index(c) for c in _LONG_COLUMNS)
+        t.require([header[im], header[ii], header[ic]])  # JSONL: in every row
         cells: dict[tuple[str, str], float] = {}
         models: dict[str, int] = {}
         items: dict[str, int] = {}
         for k, row in enumerate(rows):
-            if len(row) < len(header):
-                raise UserError(f"{src}: row {k + 2} has {len(row)} fields; expected {len(header)}")
-            m, i = str(row[im]).strip(), str(row[ii]).strip()
+            m, i = _text(row[im]), _text(row[ii])
             if not m or not i:
-                raise UserError(f"{src}: row {k + 2} has an empty model or item id")
+                raise t.error(k, "empty model or item id")
             v = _cell(row[ic], src, m, i)
             key = (m, i)
             if key in cells and not (cells[key] == v or (math.isnan(cells[key]) and math.isnan(v))):
@@ -170,10 +158,8 @@ def load_responses(path: str | os.PathLike, layout: str = "auto") -> Responses:
             raise UserError(f"{src}: wide layout needs a model column and at least one item column")
         items = header[1:]
         models, data = [], []
-        for k, row in enumerate(rows):
-            if len(row) != len(header):
-                raise UserError(f"{src}: row {k + 2} has {len(row)} fields; expected {len(header)}")
-            m = str(row[0]).strip()
+        for row in rows:
+            m = _text(row[0])
             models.append(m)
             data.append([_cell(v, src, m, it) for v, it in zip(row[1:], items, strict=True)])
         resp = Responses(

@@ -9,7 +9,6 @@ ones); graphs and co-occurrence counts are built from ``train`` only.
 
 from __future__ import annotations
 
-import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,21 +100,23 @@ def ml100k_dir() -> Path:
 def load_table(path: str | os.PathLike) -> tuple[list[str], list[list[str]]]:
     """Read an atomic file (tab-separated, typed header) or a CSV with a header row.
 
-    Returns the header names without their ``:type`` suffix, and the rows as strings.
+    Returns the header names without their ``:type`` suffix, and the rows as strings (a header
+    with no rows gives no rows). Read by :func:`icml26.core.tables.read_table`: a byte-order mark,
+    the delimiter, duplicate columns and ragged rows are handled there, with errors naming file,
+    row and column.
     """
+    t = _read(path, allow_empty=True)
+    return t.columns, [[r[c] for c in t.columns] for r in t.rows]
+
+
+def _read(path: str | os.PathLike, allow_empty: bool = False, what: str = "rows"):
+    from icml26.core.tables import read_table
+
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
-    with open(path, encoding="utf-8", errors="replace", newline="") as f:
-        first = f.readline()
-        if not first.strip():
-            raise UserError(f"{path}: empty file (expected a header row)")
-        delim = "\t" if "\t" in first else ","
-        f.seek(0)
-        reader = csv.reader(f, delimiter=delim)
-        header = [h.strip().split(":")[0] for h in next(reader)]
-        rows = [r for r in reader if r and any(c.strip() for c in r)]
-    return header, rows
+    return read_table(path, typed_header=True, strip=False, encoding_errors="replace",
+                      allow_empty=allow_empty, what=what)
 
 
 _ALIASES = {
@@ -146,22 +147,26 @@ def load_interactions(path: str | os.PathLike, min_rating: float | None = None) 
     first occurrence (counted in ``n_duplicates``).
     """
     path = Path(path)
-    header, rows = load_table(path)
+    t = _read(path, what="interactions")
+    header = t.columns
     cu = _column(header, "user", path, True)
     ci = _column(header, "item", path, True)
     cr = _column(header, "rating", path, min_rating is not None)
     ct = _column(header, "timestamp", path, False)
+    for c in (cr, ct):
+        if c is not None:
+            t.parse(header[c], float)  # errors name file, row and column; NaN/inf refused
     user_index: dict[str, int] = {}
     item_index: dict[str, int] = {}
     us, its, rs, ts = [], [], [], []
     n_below = 0
-    for line_no, r in enumerate(rows, start=2):
-        try:
-            rating = float(r[cr]) if cr is not None else None
-            stamp = float(r[ct]) if ct is not None else None
-            u, i = r[cu].strip(), r[ci].strip()
-        except (IndexError, ValueError) as exc:
-            raise UserError(f"{path}:{line_no}: bad row {r!r} ({exc})") from None
+    for k, r in enumerate(t.rows):
+        rating = r[header[cr]] if cr is not None else None
+        stamp = r[header[ct]] if ct is not None else None
+        u, i = r[header[cu]].strip(), r[header[ci]].strip()
+        for c, v in ((cu, u), (ci, i)):
+            if not v:
+                raise t.error(k, "empty id", header[c])
         if min_rating is not None and rating is not None and rating < min_rating:
             n_below += 1
             continue

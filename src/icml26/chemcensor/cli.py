@@ -34,20 +34,52 @@ MapperOpt = Annotated[
 
 
 def _read_rxns(path: Path) -> tuple[list[dict], list[str]]:
+    """Rows and reaction SMILES of a reaction table (CSV/TSV/JSONL/Parquet, read by
+    :func:`icml26.core.tables.read_table`: BOM, delimiter, empty files, duplicate columns)."""
     from icml26.core.errors import UserError
+    from icml26.core.tables import read_table
 
     if not path.is_file():
         raise UserError(f"{path}: no such file")
-    with path.open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    cols = list(rows[0].keys()) if rows else []
+    t = read_table(path, what="reactions")
+    cols = t.columns
     if "rxn_smiles" in cols:
-        return rows, [r["rxn_smiles"] or "" for r in rows]
+        t.parse("rxn_smiles", str)
+        t.require(["rxn_smiles"])
+        return t.rows, [r["rxn_smiles"] for r in t.rows]
     if "reactants" in cols and "product" in cols:
-        return rows, [f"{r['reactants'] or ''}>>{r['product'] or ''}" for r in rows]
+        t.require(["reactants", "product"])
+        t.parse("reactants", str).parse("product", str)
+        return t.rows, [f"{r['reactants']}>>{r['product']}" for r in t.rows]
     raise UserError(
         f"{path}: needs a 'rxn_smiles' column or 'reactants' and 'product' columns; columns seen: {cols}"
     )
+
+
+def _read_predictions(path: Path, need: tuple[str, ...]) -> list[dict]:
+    """Rows of a predictions or gold table for ``evaluate``; ``rank`` and ``level`` (when
+    present) must be integers, with errors naming file, row and column."""
+    from icml26.core.errors import UserError
+    from icml26.core.tables import integer, read_table
+
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    t = read_table(path, what="rows")
+    missing = [c for c in need if c not in t.columns]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {missing}; columns seen: {t.columns}")
+    t.require(need)
+    for c in ("target", "reactants"):
+        t.parse(c, str)
+    if "rank" in need:
+        t.parse("rank", integer())
+    if "level" in t.columns:
+        t.parse("level", integer(-1, 5), nullable=True)
+    return t.rows
+
+
+def _by_rank(x: tuple) -> tuple:
+    return x[0], x[1]
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -178,30 +210,19 @@ def evaluate(
     from icml26.chemcensor.scorer import ChemCensor
     from icml26.core.errors import UserError
 
-    def read(path: Path, need: tuple[str, ...]) -> list[dict]:
-        if not path.is_file():
-            raise UserError(f"{path}: no such file")
-        with path.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-        cols = list(rows[0].keys()) if rows else []
-        missing = [c for c in need if c not in cols]
-        if missing:
-            raise UserError(f"{path}: missing column(s) {missing}; columns seen: {cols}")
-        return rows
-
-    prow = read(preds, ("target", "reactants", "rank"))
-    grow = read(gold, ("target", "reactants"))
+    prow = _read_predictions(preds, ("target", "reactants", "rank"))
+    grow = _read_predictions(gold, ("target", "reactants"))
     try:
         k_list = [int(k) for k in ks.split(",")]
     except ValueError:
         raise UserError(f"--ks must be integers separated by commas; got {ks!r}") from None
     ranked: dict[str, list[tuple[int, str, str | None]]] = {}
     for r in prow:
-        ranked.setdefault(r["target"], []).append((int(r["rank"]), r["reactants"], r.get("level")))
-    pred_map = {t: [x[1] for x in sorted(v)] for t, v in ranked.items()}
+        ranked.setdefault(r["target"], []).append((r["rank"], r["reactants"], r.get("level")))
+    pred_map = {t: [x[1] for x in sorted(v, key=_by_rank)] for t, v in ranked.items()}
     levels = None
-    if all(r.get("level") not in (None, "") for r in prow):
-        levels = {t: [int(x[2]) for x in sorted(v)] for t, v in ranked.items()}
+    if all(r.get("level") is not None for r in prow):
+        levels = {t: [x[2] for x in sorted(v, key=_by_rank)] for t, v in ranked.items()}
     elif db is None:
         raise UserError("preds has no 'level' column: give --db to score the proposals")
     censor = None if levels is not None else ChemCensor(db, mapper=str(mapper))

@@ -15,7 +15,6 @@ Extra columns are ignored; a missing column, an empty field or an unparsable ``G
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,20 +43,20 @@ class RcmItem:
 
 
 def _rows(path: str | Path, columns: tuple[str, ...]) -> list[tuple[int, dict]]:
+    """(line, row) pairs of a CTIBench TSV, read by :func:`icml26.core.tables.read_table` (tab
+    delimiter as published; BOM, ragged rows, duplicate columns and empty files are errors
+    naming the file and row)."""
+    from icml26.core.tables import read_table
+
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such CTIBench file")
-    csv.field_size_limit(1 << 30)
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f, delimiter="\t")
-        missing = [c for c in columns if c not in (reader.fieldnames or ())]
-        if missing:
-            raise UserError(f"{path}: missing column(s) {', '.join(missing)} (tab-separated, "
-                            f"as published); found {', '.join(reader.fieldnames or ()) or 'none'}")
-        rows = [(n, row) for n, row in enumerate(reader, 2)]
-    if not rows:
-        raise UserError(f"{path}: no rows")
-    return rows
+    t = read_table(path, delimiter="\t", types=dict.fromkeys(columns, str), format="csv")
+    missing = [c for c in columns if c not in t.columns]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (tab-separated, "
+                        f"as published); found {', '.join(t.columns) or 'none'}")
+    return list(zip(t.lines, t.rows, strict=True))
 
 
 def read_rcm(path: str | Path) -> list[RcmItem]:

@@ -266,28 +266,27 @@ def decontaminate(records: list[dict], eval_ids: Iterable[str], eval_texts: Sequ
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """Chat records from JSONL; a clear error with the line number for a bad line."""
+    """Chat records from JSONL (read by :func:`icml26.core.tables.read_table`: a byte-order mark,
+    bad JSON, a key given twice name the row); a clear error with the line number for a record
+    that is not a chat. An empty file gives no records."""
+    from icml26.core.tables import read_table
+
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
+    t = read_table(path, format="jsonl", strip=False, allow_empty=True, what="records")
     out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{n}: not JSON ({exc.msg})") from None
-            msgs = r.get("messages") if isinstance(r, dict) else None
-            if (not isinstance(msgs, list) or len(msgs) < 2
-                    or any(not isinstance(m, dict) or not isinstance(m.get("content"), str)
-                           or m.get("role") not in ("system", "user", "assistant") for m in msgs)
-                    or msgs[-1]["role"] != "assistant"):
-                raise UserError(f"{path}:{n}: not a chat record (need 'messages': "
-                                f"[{{role, content}}...] ending with an assistant turn)")
-            r.setdefault("meta", {})
-            out.append(r)
+    for r, n in zip(t.rows, t.lines, strict=True):
+        msgs = r.get("messages")
+        if (not isinstance(msgs, list) or len(msgs) < 2
+                or any(not isinstance(m, dict) or not isinstance(m.get("content"), str)
+                       or m.get("role") not in ("system", "user", "assistant") for m in msgs)
+                or msgs[-1]["role"] != "assistant"):
+            raise UserError(f"{path}:{n}: not a chat record (need 'messages': "
+                            f"[{{role, content}}...] ending with an assistant turn)")
+        if not isinstance(r.setdefault("meta", {}), dict):
+            raise UserError(f"{path}:{n}: 'meta' must be an object; got {type(r['meta']).__name__}")
+        out.append(r)
     return out
 
 

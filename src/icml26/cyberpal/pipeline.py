@@ -8,7 +8,6 @@ the folder to start over). The final records go to ``out`` atomically.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
+from icml26.core.tables import read_table
 from icml26.cyberpal import enrich
 from icml26.cyberpal.catalog import CweCatalog, Pair, cve_cwe_pairs, load_attack, load_cwe
 from icml26.cyberpal.formats import TASKS, Format, default_formats
@@ -27,51 +27,48 @@ _CVE_RE = re.compile(r"CVE-\d{4}-\d+")
 
 
 def load_records(path: str | Path, cwe: CweCatalog, ood_field: str | None = None) -> list[dict]:
-    """User CVE records from CSV with columns ``cve_id``, ``description``, ``cwe`` (ids like
+    """User CVE records from CSV (or TSV, JSONL, Parquet) with columns ``cve_id``, ``description``, ``cwe`` (ids like
     "CWE-79" or "79", several separated by ';'), plus any others (e.g. ``vendor`` for
     ``ood_field``). Returns dicts with ``pair`` (:class:`Pair`) and ``group`` (the OOD field)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such records file")
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        cols = set(reader.fieldnames or ())
-        need = {"cve_id", "description", "cwe"} | ({ood_field} if ood_field else set())
-        if need - cols:
-            raise UserError(f"{path}: missing column(s) {', '.join(sorted(need - cols))}; "
-                            f"found {', '.join(sorted(cols)) or 'none'}")
-        rows, unknown, by_id = [], [], {}
-        for n, row in enumerate(reader, 2):
-            ids = []
-            for part in (row["cwe"] or "").replace(",", ";").split(";"):
-                part = part.strip().upper().removeprefix("CWE-")
-                if not part:
-                    continue
-                if not part.isdigit() or int(part) not in cwe:
-                    unknown.append(f"{row['cwe']!r} (line {n})")
-                    continue
-                ids.append(int(part))
-            if not row["cve_id"] or not row["description"] or not ids:
-                if not ids and not unknown:
-                    raise UserError(f"{path}:{n}: empty cve_id, description or cwe")
+    need = ["cve_id", "description", "cwe"] + ([ood_field] if ood_field else [])
+    # CSV/TSV/JSONL/Parquet: BOM, delimiter, duplicate columns, ragged rows, empty files
+    t = read_table(path, required=need, types=dict.fromkeys(need, str), what="records")
+    rows, unknown, by_id = [], [], {}
+    for row, n, k in zip(t.rows, t.lines, t.row_numbers, strict=True):
+        n = n if n is not None else f"row {k}"  # Parquet has no lines
+        ids = []
+        for part in (row["cwe"] or "").replace(",", ";").split(";"):
+            part = part.strip().upper().removeprefix("CWE-")
+            if not part:
                 continue
-            cve_id = row["cve_id"].strip()
-            if not _CVE_RE.fullmatch(cve_id):
-                raise UserError(f"{path}:{n}: cve_id {cve_id!r} is not a CVE id (CVE-YYYY-NNNN)")
-            group = (row.get(ood_field) or "").strip() if ood_field else None
-            if cve_id in by_id:  # a CVE on several rows: one record with all its CWEs
-                prev = by_id[cve_id]
-                if ood_field and prev["group"] != group:
-                    raise UserError(f"{path}:{n}: {cve_id} has {ood_field}={group!r} here and "
-                                    f"{prev['group']!r} on an earlier row")
-                prev["pair"] = Pair(cve_id, prev["pair"].description,
-                                    tuple(sorted(set(prev["pair"].cwes) | set(ids))))
+            if not part.isdigit() or int(part) not in cwe:
+                unknown.append(f"{row['cwe']!r} (line {n})")
                 continue
-            if ood_field and not group:
-                raise UserError(f"{path}:{n}: empty {ood_field!r} (the --ood-field column)")
-            by_id[cve_id] = {"pair": Pair(cve_id, row["description"].strip(),
-                                          tuple(sorted(set(ids)))), "group": group}
-            rows.append(by_id[cve_id])
+            ids.append(int(part))
+        if not row["cve_id"] or not row["description"] or not ids:
+            if not ids and not unknown:
+                raise UserError(f"{path}:{n}: empty cve_id, description or cwe")
+            continue
+        cve_id = row["cve_id"].strip()
+        if not _CVE_RE.fullmatch(cve_id):
+            raise UserError(f"{path}:{n}: cve_id {cve_id!r} is not a CVE id (CVE-YYYY-NNNN)")
+        group = (row.get(ood_field) or "").strip() if ood_field else None
+        if cve_id in by_id:  # a CVE on several rows: one record with all its CWEs
+            prev = by_id[cve_id]
+            if ood_field and prev["group"] != group:
+                raise UserError(f"{path}:{n}: {cve_id} has {ood_field}={group!r} here and "
+                                f"{prev['group']!r} on an earlier row")
+            prev["pair"] = Pair(cve_id, prev["pair"].description,
+                                tuple(sorted(set(prev["pair"].cwes) | set(ids))))
+            continue
+        if ood_field and not group:
+            raise UserError(f"{path}:{n}: empty {ood_field!r} (the --ood-field column)")
+        by_id[cve_id] = {"pair": Pair(cve_id, row["description"].strip(),
+                                      tuple(sorted(set(ids)))), "group": group}
+        rows.append(by_id[cve_id])
     if unknown:
         raise UserError(f"{path}: {len(unknown)} unknown CWE id(s) in CWE {cwe.version}, "
                         f"first five: {', '.join(unknown[:5])}")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json, atomic_write_text
+from icml26.core.tables import read_table
 from icml26.deepcommit.dag import Dag, find_cycle
 from icml26.deepcommit.history import History
 
@@ -164,26 +165,33 @@ def load_dataset(root: Path | str) -> Dataset:
         if (root / "metadata.json").exists()
         else {}
     )
-    with open(root / "milestones.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    key = "id" if rows and "id" in rows[0] else (next(iter(rows[0])) if rows else "id")
+    ms = read_table(root / "milestones.csv", what="milestones")
+    rows = ms.rows
+    key = "id" if "id" in ms.columns else ms.columns[0]
     ids = [r[key] for r in rows]
+    seen: dict[str, int] = {}
+    for k, m in enumerate(ids):
+        if not m:
+            raise ms.error(k, "empty milestone id", key)
+        if m in seen:
+            raise ms.error(k, f"milestone id {m!r} again (first on row {ms.row_numbers[seen[m]]})",
+                           key)
+        seen[m] = k
     known = set(ids)
     edges: dict[tuple[str, str], str] = {}
-    with open(root / "dependencies.csv", newline="") as f:
-        for i, r in enumerate(csv.DictReader(f), start=2):
-            a, b, s = r.get("source"), r.get("target"), (r.get("strength") or "Strong").strip()
-            bad = [x for x in (a, b) if x not in known]
-            if bad:
-                raise UserError(
-                    f"{root / 'dependencies.csv'} line {i}: unknown milestone id(s) {bad}"
-                )
-            if s not in ("Strong", "Weak"):
-                raise UserError(
-                    f"{root / 'dependencies.csv'} line {i}: strength must be Strong or "
-                    f"Weak; got {s!r}"
-                )
-            edges[(a, b)] = s
+    dep_path = root / "dependencies.csv"
+    no_deps = not dep_path.read_bytes().lstrip(b"\xef\xbb\xbf").strip()  # a 0-byte file: no edges
+    deps = None if no_deps else read_table(dep_path, required=("source", "target"), allow_empty=True)
+    for k, r in enumerate(deps.rows if deps else []):
+        i = deps.lines[k] or deps.row_numbers[k] + 1
+        a, b = r["source"], r["target"]
+        s = r.get("strength") or "Strong"
+        bad = [x for x in (a, b) if x not in known]
+        if bad:
+            raise UserError(f"{dep_path} line {i}: unknown milestone id(s) {bad}")
+        if s not in ("Strong", "Weak"):
+            raise UserError(f"{dep_path} line {i}: strength must be Strong or Weak; got {s!r}")
+        edges[(a, b)] = s
     cycle = find_cycle(ids, edges)
     if cycle:
         raise UserError(f"{root / 'dependencies.csv'}: dependency cycle {' -> '.join(cycle)}")

@@ -25,11 +25,9 @@ file instead, with a :class:`~icml26.core.errors.UserError` naming file, row and
 from __future__ import annotations
 
 import csv
-import dataclasses
 import math
 import os
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,12 +38,13 @@ import numpy as np
 
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_open
+from icml26.core.tables import Parser, TableOrderWarning, integer, number, read_table
 
 __all__ = ["Request", "LengthDist", "RequestType", "TraceOrderWarning", "load_trace", "write_trace",
            "synthetic_trace"]
 
 
-class TraceOrderWarning(UserWarning):
+class TraceOrderWarning(TableOrderWarning):
     """A trace's rows were not in time order; :func:`load_trace` sorted them."""
 
 
@@ -88,35 +87,43 @@ def _parse_datetime(text: str) -> float:
     return dt.timestamp()
 
 
-def _int_field(value: str, path: Path, row: int, col: str, minimum: int) -> int:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{path}: row {row}, column {col!r}: expected an integer, got {value!r}") from None
-    if not math.isfinite(f) or f != int(f) or f < minimum:
-        raise UserError(f"{path}: row {row}, column {col!r}: expected an integer >= {minimum}, got {value!r}")
-    return int(f)
+def _time_parser():
+    def parse(value) -> float:
+        if isinstance(value, datetime):  # a Parquet timestamp column
+            return (value.timestamp() if value.tzinfo is not None
+                    else (value - datetime(1970, 1, 1)).total_seconds())
+        try:
+            return _parse_datetime(str(value))
+        except (AttributeError, TypeError, ValueError):
+            raise ValueError(f"unparseable datetime {value!r}") from None
+
+    return Parser(parse, "a datetime")
 
 
-def _seconds(value, path: Path, row: int, col: str) -> float:
-    try:
-        t = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{path}: row {row}, column {col!r}: expected seconds, got {value!r}") from None
-    if not math.isfinite(t) or t < 0:
-        raise UserError(f"{path}: row {row}, column {col!r}: expected finite seconds >= 0, got {value!r}")
-    return t
+def _native_id(rid, i: int):
+    if isinstance(rid, int) and not isinstance(rid, bool):
+        return rid
+    rid = None if rid is None else str(rid)
+    return int(rid) if rid and rid.isdigit() else (rid or i - 1)
+
+
+_PARSERS = {
+    "azure": {"TIMESTAMP": _time_parser(), "ContextTokens": integer(1), "GeneratedTokens": integer(1)},
+    "burstgpt": {"Timestamp": number(0), "Request tokens": integer(1)},
+    "native": {"arrival_s": number(0), "prompt_tokens": integer(1), "output_tokens": integer(1)},
+}
 
 
 def load_trace(path: str | os.PathLike, schema: str = "auto", *, return_dropped: bool = False,
                limit: int | None = None, order: str = "sort"):
-    """Read a trace CSV into a list of :class:`Request` sorted by arrival (ids = row numbers - 1).
+    """Read a trace (CSV, TSV, JSONL or Parquet; see :func:`icml26.core.tables.read_table`) into a
+    list of :class:`Request` sorted by arrival (ids = row numbers - 1).
 
     Errors (:class:`~icml26.core.errors.UserError`) name the file, the row (1 = first data row)
-    and the column: a missing column, a token count that is not an integer >= 1, an unparseable
-    or negative time, a file with no requests. ``limit`` stops after that many requests (in file
-    order). With ``return_dropped`` returns ``(requests, n_dropped)`` (BurstGPT failures).
-    ``order``: ``"sort"`` sorts rows that are out of time order, with a
+    and the column: a missing column, a token count that is not an integer >= 1, an unparseable,
+    negative or non-finite time, a file with no requests. ``limit`` stops after that many
+    requests (in file order). With ``return_dropped`` returns ``(requests, n_dropped)`` (BurstGPT
+    failures). ``order``: ``"sort"`` sorts rows that are out of time order, with a
     :class:`TraceOrderWarning`; ``"strict"`` raises instead.
     """
     path = Path(path)
@@ -128,77 +135,60 @@ def load_trace(path: str | os.PathLike, schema: str = "auto", *, return_dropped:
         raise UserError(f"limit must be >= 1 (requests); got {limit}")
     if not path.is_file():
         raise UserError(f"trace file not found: {path}")
-    with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: accept a byte-order mark
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:
-            raise UserError(f"{path}: empty file (expected a header row and one row per request)")
-        header = [h.strip() for h in reader.fieldnames]
-        reader.fieldnames = header
-        if schema == "auto":
-            found = [s for s, cols in SCHEMAS.items() if all(c in header for c in cols)]
-            # a header with a schema's time column and some of its others: name what is missing
-            found = found or [s for s, cols in SCHEMAS.items()
-                              if cols[0] in header and any(c in header for c in cols[1:])]
-            if not found:
-                raise UserError(
-                    f"{path}: unknown trace header {header}; expected Azure "
-                    f"({', '.join(SCHEMAS['azure'])}), BurstGPT ({', '.join(SCHEMAS['burstgpt'])}) "
-                    f"or native ({', '.join(SCHEMAS['native'])}) columns")
-            schema = found[0]
-        missing = [c for c in SCHEMAS[schema] if c not in header]
-        if missing:
-            raise UserError(f"{path}: missing column(s) {missing} for schema {schema!r}; header is {header}")
-        time_col = SCHEMAS[schema][0]
-        out, times, dropped = [], [], 0
-        first_back, n_back, last = None, 0, -math.inf
-        for i, row in enumerate(reader, start=1):
-            if schema == "azure":
-                try:
-                    t = _parse_datetime(row["TIMESTAMP"])
-                except (AttributeError, TypeError, ValueError):
-                    raise UserError(f"{path}: row {i}, column 'TIMESTAMP': unparseable datetime "
-                                    f"{row['TIMESTAMP']!r}") from None
-                req = Request(i - 1, 0.0, _int_field(row["ContextTokens"], path, i, "ContextTokens", 1),
-                              _int_field(row["GeneratedTokens"], path, i, "GeneratedTokens", 1))
-            elif schema == "burstgpt":
-                t = _seconds(row["Timestamp"], path, i, "Timestamp")
-                resp = _int_field(row["Response tokens"], path, i, "Response tokens", 0)
-                if resp == 0:
-                    dropped += 1
-                    continue
-                req = Request(i - 1, 0.0, _int_field(row["Request tokens"], path, i, "Request tokens", 1),
-                              resp, type=row.get("Model") or None)
-            else:
-                t = _seconds(row["arrival_s"], path, i, "arrival_s")
-                rid = row.get("id")
-                req = Request(int(rid) if rid and rid.isdigit() else (rid or i - 1), 0.0,
-                              _int_field(row["prompt_tokens"], path, i, "prompt_tokens", 1),
-                              _int_field(row["output_tokens"], path, i, "output_tokens", 1),
-                              prompt=row.get("prompt") or None, type=row.get("type") or None)
-            if t < last:
-                if order == "strict":
-                    raise UserError(f"{path}: row {i}, column {time_col!r}: {row[time_col]!r} is earlier than "
-                                    f"the row before it (rows must be in time order; order='sort' sorts them)")
-                n_back += 1
-                first_back = first_back or i
-            last = max(last, t)
-            out.append(req)
-            times.append(t)
-            if limit is not None and len(out) >= limit:
-                break
-    if not out:
-        what = (f"all {dropped} rows have 0 response tokens (failed requests)" if dropped
-                else "a header and no data rows")
-        raise UserError(f"{path}: no requests: {what}")
-    if n_back:
-        warnings.warn(TraceOrderWarning(
-            f"{path}: {n_back} row(s) are out of time order (first: row {first_back}, column {time_col!r}); "
-            "sorted by arrival"), stacklevel=2)
-    # Azure times are absolute: measure from the earliest row (the first one when sorted)
-    t0 = min(times) if schema == "azure" else 0.0
-    idx = sorted(range(len(out)), key=lambda j: times[j])
-    out = [dataclasses.replace(out[j], arrival_s=times[j] - t0) for j in idx]
+    t = read_table(path, strip=False, what="requests", max_rows=limit)
+    header = t.columns
+    if schema == "auto":
+        found = [s for s, cols in SCHEMAS.items() if all(c in header for c in cols)]
+        # a header with a schema's time column and some of its others: name what is missing
+        found = found or [s for s, cols in SCHEMAS.items()
+                          if cols[0] in header and any(c in header for c in cols[1:])]
+        if not found:
+            raise UserError(
+                f"{path}: unknown trace header {header}; expected Azure "
+                f"({', '.join(SCHEMAS['azure'])}), BurstGPT ({', '.join(SCHEMAS['burstgpt'])}) "
+                f"or native ({', '.join(SCHEMAS['native'])}) columns")
+        schema = found[0]
+    missing = [c for c in SCHEMAS[schema] if c not in header]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {missing} for schema {schema!r}; header is {header}")
+    time_col = SCHEMAS[schema][0]
+    dropped = 0
+    if schema == "burstgpt":
+        if limit is not None and len(t) == limit:  # failed rows do not count: read them all
+            t = read_table(path, strip=False, what="requests")
+        t.parse("Response tokens", integer(0))
+        ok = [r["Response tokens"] != 0 for r in t.rows]
+        dropped = len(ok) - sum(ok)
+        t.keep(ok)
+        if not t.rows:
+            raise UserError(f"{path}: no requests: all {dropped} rows have 0 response tokens "
+                            "(failed requests)")
+        if limit is not None:
+            t.head(limit)
+    shown = {i: r[time_col] for i, r in enumerate(t.rows)}
+    for col, parser in _PARSERS[schema].items():
+        t.parse(col, parser)
+    t.sort_by(time_col, "refuse" if order == "strict" else "sort", what="time order",
+              warning=TraceOrderWarning, shown=shown, hint="order='sort'")
+    times = [r[time_col] for r in t.rows]
+    # Azure times are absolute: measure from the earliest row (the first one once sorted)
+    t0 = times[0] if schema == "azure" else 0.0
+    out = []
+    for r, i, tm in zip(t.rows, t.row_numbers, times, strict=True):
+        if schema == "azure":
+            req = Request(i - 1, tm - t0, r["ContextTokens"], r["GeneratedTokens"])
+        elif schema == "burstgpt":
+            req = Request(i - 1, tm, r["Request tokens"], r["Response tokens"],
+                          type=_opt_text(r.get("Model")))
+        else:
+            req = Request(_native_id(r.get("id"), i), tm, r["prompt_tokens"], r["output_tokens"],
+                          prompt=_opt_text(r.get("prompt")), type=_opt_text(r.get("type")))
+        out.append(req)
     return (out, dropped) if return_dropped else out
+
+
+def _opt_text(v) -> str | None:
+    return None if v is None or v == "" else str(v)
 
 
 def write_trace(path: str | os.PathLike, requests: Sequence[Request], schema: str = "native") -> Path:
