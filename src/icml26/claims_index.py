@@ -153,8 +153,7 @@ CLAIMS: list[Claim] = [
             degeneracy="LEMS's ranks differ from the uniform ranks",
         ),
         cpu_minutes={
-            "tiny": 0.75,  # estimate: issue 40's 1,022 s at load ~20 scaled like binarypc's 1,334 s
-                           # vs its 28 s: ~21 s wall, <= 2 threads
+            "tiny": 0.6,  # measured 2026-12-07: 34 CPU-s (eval 256 tokens in 64-token windows; was 65-69 CPU-s with 1,024)
             "small": 170,  # estimate: docs/lems.md, per calibration seed (small runs 3): K-FAC
                            # stats 16 x 13.2 CPU-s, 630 KL scores at ~2.8 CPU-s, perplexity, Optuna
                            # and factorization ~20 CPU-min: ~56; 4,565 s wall on 1 thread (stats

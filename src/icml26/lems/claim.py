@@ -81,8 +81,8 @@ def _settings(ctx: RunContext) -> dict:
     o = ctx.options
     d = {
         "n_calib": ctx.pick(4, 64, 256), "n_search": ctx.pick(2, 8, 32),
-        "seq_len": ctx.pick(64, 256, 2048), "eval_tokens": ctx.pick(1024, 16384, 262144),
-        "eval_len": ctx.pick(256, 512, 2048), "trials": ctx.pick(2, 10, 10),
+        "seq_len": ctx.pick(64, 256, 2048), "eval_tokens": ctx.pick(256, 16384, 262144),
+        "eval_len": ctx.pick(64, 512, 2048), "trials": ctx.pick(2, 10, 10),
         "ratios": ctx.pick("0.6", "0.8,0.6", "0.9,0.8,0.7,0.6"), "last_blocks": ctx.pick(2, 0, 0),
         "seeds": ctx.pick(1, 3, 3),
     }
