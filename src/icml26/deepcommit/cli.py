@@ -81,6 +81,9 @@ def build_cmd(
         except ValueError:
             raise UserError(f"--weights: {key}={val!r} is not a number") from None
     cfg = GroupConfig(**w, threshold=threshold, time_scale_h=time_scale_h)
+    # absolute: git runs in scratch worktrees (a relative `-o DATA` failed with "cannot change
+    # to 'DATA/.build/repo.git'")
+    repo, out = repo.resolve(), out.resolve()
     res = build_dataset(
         repo,
         rev_range,
@@ -150,6 +153,9 @@ def run_cmd(
     modes = {"both": ("continuous", "isolated")}.get(mode, (mode,))
     if any(m not in ("continuous", "isolated") for m in modes):
         raise UserError(f"--mode: expected continuous, isolated or both; got {mode!r}")
+    # absolute: the runner runs git in other folders (`icml26 deepcommit run DATA ... -o RUNS`
+    # failed with "'RUNS/repo.git' does not appear to be a git repository")
+    data, out = data.resolve(), out.resolve()
     summ = run_dataset(
         data,
         agent_cmd,
