@@ -116,6 +116,8 @@ class Ctx:
     - ``ctx.device`` (``torch.device``), ``ctx.cpu`` (the reference device), ``ctx.is_cuda``,
       ``ctx.scale`` (``"tiny"`` or ``"paper"``), ``ctx.pick(tiny=..., paper=...)``.
     - ``ctx.dtype``: bf16 on CUDA, float32 on CPU (the dtype of model-shaped work).
+    - ``with ctx.exact():`` float32 without TF32 for correctness checks (restored after; the
+      harness also restores these settings after every section).
     - ``ctx.remaining()``: seconds left in this section's share; ``ctx.enough(s)`` says whether
       ``s`` more seconds fit (a section skips optional parts with ``ctx.note`` when not).
     - ``ctx.check(name, passed, err=, tol=, note=)``, ``ctx.close(name, got, ref, atol=, rtol=)``
@@ -149,6 +151,21 @@ class Ctx:
 
     def pick(self, *, tiny: Any, paper: Any) -> Any:
         return paper if self.scale == "paper" else tiny
+
+    @contextlib.contextmanager
+    def exact(self):
+        """float32 matmuls and convolutions in full precision (no TF32) while correctness checks
+        run: cuDNN allows TF32 by default, and another section may have lowered the matmul
+        precision; the previous settings are restored after."""
+        torch = self.torch
+        prev = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(prev[0])
+            torch.backends.cudnn.allow_tf32 = prev[1]
 
     def sync(self) -> None:
         if self.is_cuda:
@@ -273,6 +290,9 @@ def run_section(name: str, module, device: str, scale: str, share: float) -> Sec
         return res
     t0 = time.monotonic()
     ctx = Ctx(res, device, scale, t0 + share)
+    import torch
+
+    precision = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
     use_alarm = hasattr(signal, "SIGALRM")
     if use_alarm:
         old = signal.signal(signal.SIGALRM, _alarm)
@@ -293,6 +313,9 @@ def run_section(name: str, module, device: str, scale: str, share: float) -> Sec
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
+        # a section that turned TF32 on for its timings does not leak it into the next one
+        torch.set_float32_matmul_precision(precision[0])
+        torch.backends.cudnn.allow_tf32 = precision[1]
     res.wall_s = round(time.monotonic() - t0, 2)
     if ctx.is_cuda:
         with contextlib.suppress(Exception):

@@ -25,7 +25,6 @@ Memory at ``paper``: 1.49 G params = 3.0 GB bf16 (6 GB float32 while built); the
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 
@@ -47,17 +46,6 @@ WEIGHT = 0.5
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 CELLS = [("fib", "none"), ("fib", "performance"), ("dedup", "persona"), ("tree", "comment")]
-
-
-@contextlib.contextmanager
-def strict_fp32():
-    """float32 matmuls in full precision (no TF32) while the float32 checks run on CUDA."""
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def chat_tokenizer():
@@ -176,6 +164,6 @@ def time_paper(ctx) -> None:
 
 
 def run(ctx) -> None:
-    with strict_fp32():
+    with ctx.exact():
         check_tiny(ctx)
     time_paper(ctx)

@@ -26,7 +26,6 @@ temporaries ~1.5 GiB: well under 70 GiB. The scoring, selection and gather+atten
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import torch
@@ -50,7 +49,7 @@ BACKEND = "torch"
 
 
 def run(ctx) -> None:
-    with _full_fp32():
+    with ctx.exact():
         _check_codes(ctx)
         _check_selection(ctx)
         _check_step(ctx)
@@ -62,19 +61,6 @@ def run(ctx) -> None:
             ctx.note(f"skipped the {L}-token step: {ctx.remaining():.0f} s left of the share")
             continue
         _time_step(ctx, L, shape["B"], shape["Hq"], shape["Hkv"], shape["D"])
-
-
-@contextlib.contextmanager
-def _full_fp32():
-    """float32 matmuls and convolutions without TF32 while the checks run (cuDNN allows TF32 by
-    default, and an earlier section may have lowered the matmul precision); restored after."""
-    b = torch.backends
-    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
-    b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = False, False
-    try:
-        yield
-    finally:
-        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old
 
 
 # -- correctness ---------------------------------------------------------------------------------

@@ -39,7 +39,6 @@ Gram ``sum W^T W`` of block 0 costs ~3 TFLOP float64 on the CPU (a few seconds o
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import re
@@ -71,17 +70,6 @@ def llama8b(layers: int, device, dtype, *, head: bool = True):
         except TypeError:  # older transformers spell it torch_dtype
             model = cls._from_config(cfg, torch_dtype=dtype)
     return model.eval().requires_grad_(False)
-
-
-@contextlib.contextmanager
-def exact_fp32():
-    """float32 matmuls without TF32 while checks run (another section may have allowed it)."""
-    prev = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(prev)
 
 
 def fp32_tol(scale: float, width: int, depth: int) -> float:
@@ -362,7 +350,7 @@ def run(ctx) -> None:
     m64 = _tiny(torch.float64)
     calib = [_ids((2, 24), 259, seed=1)]
     ids = _ids((1, 8), 259, seed=2)
-    with exact_fp32():
+    with ctx.exact():
         m64_dev = copy.deepcopy(m64).to(ctx.device)
         groups = _check_stats(ctx, m64, m64_dev, calib)
         transforms = build_transforms(m64, groups, "cat", block=16)

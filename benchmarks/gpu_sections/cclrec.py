@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from gpu_sections.cat import exact_fp32, fp32_tol
+from gpu_sections.cat import fp32_tol
 
 WEIGHT = 1.0
 
@@ -188,7 +188,7 @@ def _timings(ctx, n_users, n_items, degree, d_sem, batch, lg_batch) -> None:
 
 
 def run(ctx) -> None:
-    with exact_fp32():
+    with ctx.exact():
         _check(ctx)
     ctx.pick(tiny=lambda: _timings(ctx, 40, 30, 5, 64, 8, 64),
              paper=lambda: _timings(ctx, 13187, 17366, 5, 1536, 1024, 2048))()

@@ -35,7 +35,7 @@ import math
 
 import torch
 
-from gpu_sections.cat import EPS32, EPS64, exact_fp32, fp32_tol
+from gpu_sections.cat import EPS32, EPS64, fp32_tol
 
 WEIGHT = 1.0
 
@@ -221,7 +221,7 @@ def _timings(ctx, model, sae, ids, layer: int) -> None:
 
 
 def run(ctx) -> None:
-    with exact_fp32():
+    with ctx.exact():
         _check_sae(ctx)
         _check_steer(ctx)
     if ctx.scale == "paper" and not ctx.is_cuda:

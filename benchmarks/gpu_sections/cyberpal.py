@@ -33,7 +33,6 @@ Memory at ``paper``: 1.92 G params (4 x 218 M layers + 2 x 525 M embedding/head)
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 
@@ -61,17 +60,6 @@ CHATS = [
      "Impact: Read files\nAnswer: CWE-22: Path Traversal"),
 ]
 SYSTEM = "You are a security analyst. Map the CVE description to its CWE."
-
-
-@contextlib.contextmanager
-def strict_fp32():
-    """float32 matmuls in full precision (no TF32) while the float32 checks run on CUDA."""
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def records():
@@ -221,6 +209,6 @@ def time_paper(ctx) -> None:
 
 
 def run(ctx) -> None:
-    with strict_fp32():
+    with ctx.exact():
         check_tiny(ctx)
         time_paper(ctx)

@@ -30,7 +30,6 @@ logits at 8,192 tokens: 8,192 x 128,256 x (2 + 4) B = 6.3 GB: about 12 GB in all
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 
@@ -52,22 +51,9 @@ POLICY = Echo(gate_depths=(2,), taus=(1e-4,), depth=4, topk=3, root_tau=1e-4, ro
 
 
 def run(ctx) -> None:
-    with _full_fp32():
+    with ctx.exact():
         _check_exact(ctx)
     _knee(ctx)
-
-
-@contextlib.contextmanager
-def _full_fp32():
-    """float32 matmuls and convolutions without TF32 while the checks run (cuDNN allows TF32 by
-    default, and an earlier section may have lowered the matmul precision); restored after."""
-    b = torch.backends
-    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
-    b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = False, False
-    try:
-        yield
-    finally:
-        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old
 
 
 # -- correctness ---------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from gpu_sections.cat import EPS32, EPS64, exact_fp32, fp32_tol, llama8b
+from gpu_sections.cat import EPS32, EPS64, fp32_tol, llama8b
 
 WEIGHT = 2.0
 
@@ -224,7 +224,7 @@ def _timings(ctx, model, ids, paper: bool):
 def run(ctx) -> None:
     m64 = _tiny(torch.float64)
     calib = [_ids((2, 32), 259, seed=1)]
-    with exact_fp32():
+    with ctx.exact():
         m64_dev = _tiny(torch.float64).to(ctx.device)
         stats = _check_stats(ctx, m64, m64_dev, calib)
         _check_factors(ctx, m64, m64_dev, stats, _ids((1, 12), 259, seed=2))

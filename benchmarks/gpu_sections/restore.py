@@ -26,7 +26,6 @@ layers from it. Memory: weights ~2.2 GB, activations < 1 GB (the float bias 8·6
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 import warnings
@@ -52,23 +51,9 @@ KEEP_TINY, KEEP_PAPER = 16, 64
 
 
 def run(ctx) -> None:
-    with _full_fp32():
+    with ctx.exact():
         _check_reduction(ctx)
     _time_prefill(ctx)
-
-
-@contextlib.contextmanager
-def _full_fp32():
-    """float32 matmuls and convolutions without TF32 while the checks run (cuDNN allows TF32 by
-    default, and an earlier section may have lowered the matmul precision); restored after."""
-    b = torch.backends
-    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
-    b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = False, False
-    try:
-        yield
-    finally:
-        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old
-
 
 
 # -- correctness ---------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ their log-softmax (2 x 1.6 GB); the decode caches are < 0.1 GB: < 12 GB in all.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import math
@@ -151,17 +150,6 @@ def two_turns(model, turns, n_new, reuse):
     r2 = eng.generate([GenRequest(ids, n_new, 0.0, None, ("ep", i)) for i, ids in
                        enumerate(turns[1])])
     return r1, r2
-
-
-@contextlib.contextmanager
-def strict_fp32():
-    """float32 matmuls in full precision (no TF32) while the float32 checks run on CUDA."""
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def check_tiny(ctx) -> None:
@@ -292,6 +280,6 @@ def time_paper(ctx) -> None:
 
 
 def run(ctx) -> None:
-    with strict_fp32():
+    with ctx.exact():
         check_tiny(ctx)
     time_paper(ctx)

@@ -28,7 +28,6 @@ per sequence): under 12 GB.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import torch
@@ -45,24 +44,10 @@ WEIGHT = 2.0
 
 def run(ctx) -> None:
     models = _tiny(ctx)
-    with _full_fp32():
+    with ctx.exact():
         _check_generate(ctx, *models)
         _check_lengths(ctx, *models)
     _time_generate(ctx)
-
-
-@contextlib.contextmanager
-def _full_fp32():
-    """float32 matmuls and convolutions without TF32 while the checks run (cuDNN allows TF32 by
-    default, and an earlier section may have lowered the matmul precision); restored after."""
-    b = torch.backends
-    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
-    b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = False, False
-    try:
-        yield
-    finally:
-        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old
-
 
 
 # -- correctness ---------------------------------------------------------------------------------
