@@ -138,6 +138,9 @@ class _LazyGroup(TyperGroup):
             module, _, attr = METHOD_CLIS[name].partition(":")
             command = typer.main.get_command(getattr(importlib.import_module(module), attr))
             command.name = name
+            from icml26.cli_checks import apply  # numbers, devices, paths: checked while parsing
+
+            apply(command, name)
             self.add_command(command, name)
         return super().get_command(ctx, name)
 

@@ -103,3 +103,26 @@ def test_auroc_matches_brute_force():
             1.0 if a > b else 0.5 if a == b else 0.0 for a, b in itertools.product(p, n)
         ) / (len(p) * len(n))
         assert auroc(p, n) == pytest.approx(brute)
+
+
+def test_saved_database_follows_the_umask(tmp_path):
+    """The database file gets the usual permissions (mkstemp's 0600 made it private; issue 40)."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        path = ReactionDB().save(tmp_path / "db.sqlite")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_rxnmapper_worker_says_it_is_starting(tmp_path, capfd):
+    """Start-up (loading RXNMapper's model) prints a status line first (issue 40)."""
+    from icml26.chemcensor.mapper import RXNMapperWorker
+
+    (tmp_path / "rxnmapper").mkdir()
+    (tmp_path / "rxnmapper" / "__init__.py").write_text("class RXNMapper:\n    pass\n")
+    with RXNMapperWorker(site=tmp_path):
+        pass
+    assert "starting the RXNMapper worker" in capfd.readouterr().err

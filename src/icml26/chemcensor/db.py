@@ -137,6 +137,9 @@ class ReactionDB:
                     ),
                 )
             con.close()
+            from icml26.core.io import _umask
+
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; follow the umask like other files
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

@@ -138,6 +138,9 @@ class RXNMapperWorker:
         env["HF_HUB_OFFLINE"] = "1"
         n = str(threads or os.environ.get("ICML26_THREADS") or 1)
         env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
+        # loading RXNMapper's model takes a while and prints nothing: say what is happening
+        print(f"chemcensor: starting the RXNMapper worker ({self.site}; its model loads first)...",
+              file=sys.stderr, flush=True)
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _WORKER_CODE],
             stdin=subprocess.PIPE,
