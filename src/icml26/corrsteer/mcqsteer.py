@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from icml26.core.errors import UserError
+from icml26.core.hfcache import cache_kw, output_cache
 from icml26.corrsteer.steer import Steerer
 from icml26.corrsteer.train import blocks
 
@@ -64,7 +65,7 @@ def score_item(model, ids: torch.Tensor, letters: Sequence[int],
     ids = ids.to(device)
     if prefix_cache is None:
         out = model(input_ids=ids[None, :-1], use_cache=True, **_keep_last(model))
-        prefix_cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        prefix_cache = output_cache(out)
         kept = copy.deepcopy(prefix_cache) if return_cache else None
         cache = prefix_cache
     else:
@@ -86,7 +87,7 @@ def score_item(model, ids: torch.Tensor, letters: Sequence[int],
         # Capture hooks are registered first, so they see the residual before steering.
         with Steerer(model, deltas or {}):
             logits = model(input_ids=ids[-1:].expand(n_rows, 1), use_cache=True,
-                           **{_cache_kwarg(model): cache}).logits[:, -1]
+                           **cache_kw(model, cache)).logits[:, -1]
     finally:
         for h in handles:
             h.remove()
@@ -100,13 +101,6 @@ def _keep_last(model) -> dict:
     import inspect
 
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-
-
-def _cache_kwarg(model) -> str:
-    # transformers >= 5.2x renames `past_key_values` to `cache`; accept both.
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 @torch.no_grad()

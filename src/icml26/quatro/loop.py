@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icml26.core.hfcache import cache_kw, output_cache
 from icml26.core.io import atomic_open
 from icml26.quatro.losses import LossConfig, loss_config, policy_loss
 from icml26.quatro.task import TASKS, Problem, pass_at_k, sample_problems, score
@@ -99,7 +100,7 @@ def sample_completions(
     float: 1 up to and including the first EOS."""
     n = ids.shape[0]
     out = model(input_ids=ids, attention_mask=am, position_ids=_positions(am), use_cache=True)
-    past, logits = out.past_key_values, out.logits[:, -1]
+    past, logits = output_cache(out), out.logits[:, -1]
     pos = _positions(am)[:, -1:]
     toks = torch.full((n, max_new), pad_id, dtype=torch.long, device=ids.device)
     mask = torch.zeros((n, max_new), device=ids.device)
@@ -118,10 +119,10 @@ def sample_completions(
             input_ids=toks[:, t : t + 1],
             attention_mask=am,
             position_ids=pos,
-            past_key_values=past,
             use_cache=True,
+            **cache_kw(model, past),
         )
-        past, logits = out.past_key_values, out.logits[:, -1]
+        past, logits = output_cache(out), out.logits[:, -1]
     return toks, mask
 
 
