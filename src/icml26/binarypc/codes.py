@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["binary_pcs", "hash_keys", "pack_signs", "unpack_signs", "reconstruct", "recon_error"]
+__all__ = ["binary_pcs", "gen_device", "hash_keys", "pack_signs", "unpack_signs", "reconstruct", "recon_error"]
 
 MAX_BITS = 64
 
@@ -23,6 +23,13 @@ def _check_bits(bits: int) -> None:
 def _sign(x: torch.Tensor) -> torch.Tensor:
     """±1 with sign(0) = +1 (so every bit is defined)."""
     return torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
+
+
+def gen_device(generator: torch.Generator | None) -> torch.device | None:
+    """Where a draw from ``generator`` must be made (its own device; None: the default one).
+    Draws are made there and moved beside the keys, so the usual CPU generator gives the same
+    draws whatever device the keys are on."""
+    return None if generator is None else generator.device
 
 
 def binary_pcs(
@@ -47,8 +54,8 @@ def binary_pcs(
     A = keys.clone()
     L, D = A.shape[-2], A.shape[-1]
     lead = A.shape[:-2]
-    gen_device = None if generator is None else generator.device  # draws where the generator is
-    init = torch.randn((bits, *lead, D), generator=generator, dtype=torch.float64, device=gen_device)
+    init = torch.randn((bits, *lead, D), generator=generator, dtype=torch.float64,
+                       device=gen_device(generator))
     out, us = [], []
     for b in range(bits):
         v = init[b].to(device=A.device, dtype=A.dtype)

@@ -24,6 +24,7 @@ import torch
 from icml26.binarypc.methods import BinaryPCConfig
 from icml26.binarypc.patch import apply_binarypc, prime, remove_binarypc, sparse_replay
 from icml26.core.hfcache import cache_kw, output_cache
+from icml26.core.torchutil import model_device
 
 __all__ = ["perplexity_study", "passkey_prompt", "passkey_reserve", "passkey_study"]
 
@@ -45,10 +46,6 @@ def _nll(logits: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
     return (-lp.gather(-1, targets.to(lp.device)[:, None]).squeeze(-1)).cpu().numpy()
 
 
-def _device(model) -> torch.device:
-    """The device of the model's first parameter (inputs built here go there)."""
-    return next(model.parameters()).device
-
 
 @torch.no_grad()
 def perplexity_study(model, sequences, prefix: int, variants: dict, progress=None) -> dict:
@@ -61,7 +58,7 @@ def perplexity_study(model, sequences, prefix: int, variants: dict, progress=Non
     """
     out: dict[str, list] = {"Dense": []}
     for ids in sequences:
-        ids = ids.reshape(1, -1).to(_device(model))
+        ids = ids.reshape(1, -1).to(model_device(model))
         cont, tgt = ids[:, prefix:-1], ids[0, prefix + 1 :]
         past = output_cache(model(input_ids=ids[:, :prefix], use_cache=True))
         dense = model(input_ids=cont, **cache_kw(model, past), use_cache=True).logits[0]
@@ -97,9 +94,11 @@ def passkey_prompt(tok, filler: torch.Tensor, length: int, depth: float, key: st
 
 def _greedy(model, past, first_logits, n: int) -> list[int]:
     toks, nxt = [], int(first_logits.argmax())
+    device = model_device(model)
     for _ in range(n):
         toks.append(nxt)
-        out = model(input_ids=torch.tensor([[nxt]], device=_device(model)), **cache_kw(model, past), use_cache=True)
+        out = model(input_ids=torch.tensor([[nxt]], device=device), **cache_kw(model, past),
+                    use_cache=True)
         nxt = int(out.logits[0, -1].argmax())
     return toks
 
@@ -132,13 +131,13 @@ def passkey_study(
             depth = depths[i % len(depths)]
             key = str(rng.randint(10000, 99999))
             key_ids = tok(" " + key, add_special_tokens=False).input_ids
-            kt = torch.tensor([key_ids], device=_device(model))
+            kt = torch.tensor([key_ids], device=model_device(model))
             # The whole trial fits in L positions: prompt + the greedy answer (max_new forwards)
             # and the teacher-forced key replay (len(key) - 1 tokens) both stay below L.
             P = L - passkey_reserve(max_new, len(key_ids))
             start = (i * 1009) % max(1, filler.numel() - P)
             ids = passkey_prompt(tok, filler[start:], P, depth, key)
-            out = model(input_ids=torch.tensor([ids], device=_device(model)), use_cache=True)
+            out = model(input_ids=torch.tensor([ids], device=model_device(model)), use_cache=True)
             past, last = output_cache(out), out.logits[0, -1]
             lp0 = float(torch.log_softmax(last.double(), -1)[key_ids[0]])
             for label, cfg in {"Dense": None, **variants}.items():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from icml26.binarypc.codes import binary_pcs, hash_keys, pack_signs, recon_error
+from icml26.binarypc.codes import binary_pcs, gen_device, hash_keys, pack_signs, recon_error
 from icml26.binarypc.select import BACKENDS, QSCALES, code_scores, lut_scores, work_dtype
 
 __all__ = ["METHODS", "BinaryPCConfig", "make_method", "metadata_bytes", "select_batch"]
@@ -118,13 +118,6 @@ class BinaryPCConfig:
             raise ValueError(
                 f"min_collisions must be in [1, lsh_l={self.lsh_l}]; got {self.min_collisions}"
             )
-
-
-def _gen_device(generator: torch.Generator | None) -> torch.device | None:
-    """Where a draw from ``generator`` must be made (its own device; None: the default one).
-    The prepare methods draw there and move the result beside the keys, so the usual CPU
-    generator gives the same draws whatever device the keys are on."""
-    return None if generator is None else generator.device
 
 
 def _memo(meta: dict, q: torch.Tensor, fn):
@@ -243,7 +236,7 @@ class _SimHash:
     def prepare(self, keys, generator, directions=None):
         D = keys.shape[-1]
         R = torch.randn(
-            (D, self.cfg.bits), generator=generator, dtype=torch.float32, device=_gen_device(generator)
+            (D, self.cfg.bits), generator=generator, dtype=torch.float32, device=gen_device(generator)
         ).to(keys.device)
         codes = pack_signs(
             torch.where(keys.to(work_dtype(keys)) @ R.to(work_dtype(keys)) >= 0, 1.0, -1.0)
@@ -296,7 +289,7 @@ class _MagicPIG:
         B, H, P, D = keys.shape
         K, Lt = self.cfg.lsh_k, self.cfg.lsh_l
         R = torch.randn(
-            (D, Lt * K), generator=generator, dtype=torch.float32, device=_gen_device(generator)
+            (D, Lt * K), generator=generator, dtype=torch.float32, device=gen_device(generator)
         ).to(keys.device)
         k = keys.to(work_dtype(keys))
         R = R.to(k.dtype)
@@ -488,7 +481,7 @@ class _Random:
 
     def prepare(self, keys, generator, directions=None):
         B, H, P, _ = keys.shape
-        noise = torch.rand((B, H, P), generator=generator, device=_gen_device(generator))
+        noise = torch.rand((B, H, P), generator=generator, device=gen_device(generator))
         return {"noise": noise.to(keys.device)}
 
     def score(self, q, meta, k):

@@ -187,7 +187,8 @@ class BlockTransform:
     A diagonal transform is stored with b = 1. ``kind`` names where it came from.
     ``orthogonal``: every block is orthogonal (a (randomized) Hadamard), so ``T^{-1} = T^T``
     and :meth:`inverse_blocks` transposes instead of inverting. ``blocks`` stay where they were
-    built (the CPU for every constructor here); both products run on the device of their argument.
+    built (the CPU for the Hadamard constructors, Sigma's device for :func:`cat_transform`, the
+    weights' for :func:`smoothquant_transform`); both products run on their argument's device.
     """
 
     def __init__(self, blocks: torch.Tensor, kind: str = "custom", orthogonal: bool = False) -> None:

@@ -7,7 +7,7 @@ import torch
 
 from icml26.core.errors import UserError
 
-__all__ = ["parse_dtype", "check_device", "bootstrap_ci"]
+__all__ = ["parse_dtype", "check_device", "model_device", "bootstrap_ci"]
 
 _DTYPES = {
     "float32": torch.float32,
@@ -45,6 +45,17 @@ def check_device(device: str) -> str:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {device!r} asked for, but torch sees no CUDA GPU here")
     return device
+
+
+def model_device(model) -> torch.device:
+    """Where ``model`` takes its inputs: HF's ``model.device``, else its first parameter's (the
+    CPU for a model without parameters). Inputs built inside a method go there, so the method
+    works on a GPU model whatever the default device."""
+    dev = getattr(model, "device", None)
+    if isinstance(dev, torch.device):
+        return dev
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
 
 
 def bootstrap_ci(

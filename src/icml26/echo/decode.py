@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from icml26.core.torchutil import model_device
 from icml26.echo.draft import DraftContext, TreeDraftOracle
 from icml26.echo.model import KV, TreeLM, append_kv
 from icml26.echo.policies import Policy
@@ -172,7 +173,7 @@ def _truncate(toks: list[int], n: int, eos) -> list[int]:
 def greedy_reference(model, prompt: Sequence[int], max_new_tokens: int, eos_token_id: int | None = None) -> list[int]:
     """Brute-force greedy decoding: a full HF forward of the whole sequence for every token (the
     input on the model's device)."""
-    device = _model_device(model)
+    device = model_device(model)
     ids = list(prompt)
     out = []
     for _ in range(max_new_tokens):
@@ -184,11 +185,3 @@ def greedy_reference(model, prompt: Sequence[int], max_new_tokens: int, eos_toke
             break
     return out
 
-
-def _model_device(model) -> torch.device:
-    """Where ``model`` takes its inputs: HF's ``model.device``, else its first parameter's."""
-    dev = getattr(model, "device", None)
-    if isinstance(dev, torch.device):
-        return dev
-    p = next(model.parameters(), None)
-    return p.device if p is not None else torch.device("cpu")
