@@ -100,3 +100,25 @@ def test_output_checks_name_the_path_before_any_work(tmp_path):
             check_output_dir(locked / "sub")
         with pytest.raises(UserError, match="not writable"):
             check_output_dir(locked)
+
+
+def test_atomic_path_follows_the_umask_and_replaces_only_on_success(tmp_path):
+    import os
+    import stat
+
+    from icml26.core.io import atomic_path
+
+    target = tmp_path / "db.sqlite"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("writer failed")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+    old = os.umask(0o027)
+    try:
+        with atomic_path(target) as tmp:
+            tmp.write_text("new")
+    finally:
+        os.umask(old)
+    assert target.read_text() == "new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640  # 0666 & ~0027, not mkstemp's 0600

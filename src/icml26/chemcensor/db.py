@@ -11,15 +11,14 @@ level and the environment radius; opening a file whose schema or FG hash differs
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
 from icml26.chemcensor.fg import FG_HASH
 from icml26.core.errors import UserError
+from icml26.core.io import atomic_path
 
 __all__ = ["ReactionDB", "SCHEMA_VERSION"]
 
@@ -110,10 +109,7 @@ class ReactionDB:
     def save(self, path: str | Path) -> Path:
         """Write the SQLite file atomically (temp file in the same folder, then rename)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:  # the usual permissions, replaced only on success
             con = sqlite3.connect(tmp)
             with con:
                 con.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)")
@@ -137,13 +133,6 @@ class ReactionDB:
                     ),
                 )
             con.close()
-            from icml26.core.io import _umask
-
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; follow the umask like other files
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         return path
 
     @classmethod
