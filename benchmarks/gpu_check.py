@@ -210,9 +210,11 @@ class Ctx:
         if a.shape != b.shape or a.dtype != b.dtype:
             return self.check(name, False, note=f"{tuple(a.shape)} {a.dtype} vs "
                                                 f"{tuple(b.shape)} {b.dtype}")
-        same = torch.equal(a, b) or bool(
-            (a.eq(b) | (a.isnan() & b.isnan() if a.is_floating_point() else a.eq(b))).all())
-        mismatched = 0 if same else int((a != b).sum())
+        equal = a.eq(b)
+        if a.is_floating_point():
+            equal |= a.isnan() & b.isnan()
+        mismatched = int((~equal).sum())
+        same = mismatched == 0
         return self.check(name, same, err=float(mismatched), tol=0.0,
                           note=note or ("bit-exact" if same else f"{mismatched} elements differ"))
 

@@ -146,6 +146,9 @@ def test_close_and_equal_can_fail():
     assert not ctx.equal("one bit", flipped, codes)
     assert res.checks[-1].err == 1
     assert not ctx.equal("dtype", codes.to(torch.int16), codes)
+    nan = torch.tensor([1.0, float("nan")])
+    assert ctx.equal("NaN where both are NaN", nan, nan.clone())
+    assert not ctx.equal("NaN on one side", nan, torch.tensor([1.0, 2.0]))
 
 
 def test_compare_records_the_ratio_of_medians():
