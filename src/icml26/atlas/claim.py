@@ -97,6 +97,17 @@ def _setting(ctx: RunContext) -> dict:
     return base
 
 
+def llm_part_skipped(st: dict, options: dict) -> str | None:
+    """Why part (c) is skipped, or None: it is a default part whose data (BIG-bench) is not on
+    this machine. Asked for (``--opt llm=1``), it runs and fails loudly instead."""
+    from icml26.core.mcq import bigbench_local
+
+    if st["llm"] and "llm" not in options and not bigbench_local():
+        return ("Part (c) not run: it needs BIG-bench, which is not on this machine (PyPI no longer "
+                "serves bigbench-1.0.0; set $ICML26_BIGBENCH to a copy of the tarball and pass --opt llm=1).")
+    return None
+
+
 def _systems(bank, Y, seed, ctx, tick):
     """theta / se / acc_hat / used for every system on test matrix Y (T, N)."""
     T, N = Y.shape
@@ -336,6 +347,10 @@ def run(ctx: RunContext) -> Result:
         rows += sat
         notes += sat_notes
     figs = figures(ctx, res, st)
+    skip = llm_part_skipped(st, ctx.options)
+    if skip:
+        st["llm"] = 0
+        notes.append(skip)
     if st["llm"]:
         from icml26.atlas.claim_llm import part_c
 

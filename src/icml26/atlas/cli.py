@@ -180,8 +180,9 @@ def responses_cmd(
     tasks: Annotated[
         str,
         typer.Option(
-            help="Comma-separated BIG-bench multiple-choice tasks "
-            "(`icml26 atlas responses --list` shows them)."
+            help="Comma-separated tasks: mmlu/<subject>, arc_easy, … (the evaluation sets "
+            "make setup installs) or BIG-bench tasks (bigbench:NAME); "
+            "`icml26 atlas responses --list` shows them."
         ),
     ] = "",
     out: Annotated[
@@ -204,7 +205,7 @@ def responses_cmd(
     batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 8,
     list_tasks: Annotated[bool, typer.Option("--list", help="List the tasks and exit.")] = False,
 ) -> None:
-    """Answer BIG-bench multiple-choice items with a causal LM and write a response table."""
+    """Answer multiple-choice items (MMLU subjects, ARC, … or BIG-bench tasks) with a causal LM and write a response table."""
     from icml26.atlas.responses import (
         choice_logprob_table,
         examinee_grid,
@@ -213,17 +214,22 @@ def responses_cmd(
     )
     from icml26.core.io import atomic_open
     from icml26.core.lm import load_lm
-    from icml26.core.mcq import bigbench_tasks, load_bigbench
+    from icml26.core import evalsets
+    from icml26.core.evalsets import load_named
+    from icml26.core.mcq import bigbench_local, bigbench_tasks
 
     if list_tasks:
-        typer.echo("\n".join(bigbench_tasks()))
+        names = evalsets.tasks() if evalsets.available() else []
+        if bigbench_local():
+            names += [f"bigbench:{t}" for t in bigbench_tasks()]
+        typer.echo("\n".join(names))
         return
     task_list = _csv_list(tasks, str, "--tasks")
     if not task_list:
         raise typer.BadParameter("give --tasks (or --list to see them)")
     if out.suffix not in (".parquet", ".csv"):
         raise typer.BadParameter(f"--out {out}: expected a .parquet or .csv file")
-    items = [it for t in task_list for it in load_bigbench(t, max_items=max_items)]
+    items = [it for t in task_list for it in load_named(t, max_items=max_items)]
     fmts, drop_list = _csv_list(formats, str, "--formats"), _csv_list(drops, int, "--drops")
     grid = examinee_grid(fmts, drop_list, _csv_list(temps, float, "--temps"), seeds)
     lm, tok = load_lm(model, dtype=dtype, device=device)

@@ -194,6 +194,13 @@ def bigbench_ready() -> bool:
     return _index_path().is_file()
 
 
+def bigbench_local() -> bool:
+    """Whether BIG-bench can be read without a download: the index is built, or
+    ``$ICML26_BIGBENCH`` names a local tarball. (PyPI stopped serving bigbench-1.0.0 in December
+    2026, so a claim's *default* BIG-bench part is skipped, with a note, where this is false.)"""
+    return bigbench_ready() or bool(os.environ.get("ICML26_BIGBENCH"))
+
+
 def load_bigbench(task: str, max_items: int | None = None, seed: int = 0,
                   shuffle_choices: bool = True) -> list[MCQItem]:
     """Items of one BIG-bench multiple-choice task.

