@@ -74,6 +74,7 @@ def test_sft_units_are_memoised_and_stale_locks_do_not_block(tmp_path, monkeypat
     import os
 
     import numpy as np
+    import torch
 
     import icml26.corrsteer.claim as C
     import icml26.corrsteer.mcqsteer as M
@@ -90,6 +91,7 @@ def test_sft_units_are_memoised_and_stale_locks_do_not_block(tmp_path, monkeypat
     monkeypatch.setattr(C, "sft_baseline", fake_sft)
     monkeypatch.setattr(M, "letter_token_ids", lambda tok, n: list(range(65, 65 + n)))
     monkeypatch.setattr(M, "encode_items", lambda tok, items: [None] * len(items))
+    monkeypatch.setattr(M, "answer_groups", lambda tok, n: torch.zeros(8, dtype=torch.long))
     ctx = RunContext(scale="small", seed=0, out_dir=tmp_path, options={"sft": "bbq", "seeds": "2", "sft_seeds": "2"})
     S = C._settings(ctx, 30)
     items, sp = C.tiny_items(), Splits(48, 16, 32)

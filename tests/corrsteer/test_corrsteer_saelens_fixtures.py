@@ -50,3 +50,46 @@ def test_topk_rescaled_decoder_rows_are_not_unit():
     w = load_file(str(FIXTURES / "topk_rescaled" / "sae_weights.safetensors"))
     n = w["W_dec"].norm(dim=1)
     assert float(n.max() / n.min()) > 1.5
+
+
+def test_fixtures_match_the_release_and_keys_the_loader_knows():
+    """Fails when the fixtures are regenerated with another sae-lens whose cfg.json has keys
+    ``load_sae`` has not been checked against (read them or declare them ignored first)."""
+    from icml26.corrsteer.sae import CFG_KEYS, METADATA_KEYS, SAELENS_CHECKED
+
+    for case in CASES:
+        cfg = json.loads((FIXTURES / case / "cfg.json").read_text())
+        assert cfg["metadata"]["sae_lens_version"] == SAELENS_CHECKED, case
+        assert set(cfg) <= set(CFG_KEYS), f"{case}: unknown keys {set(cfg) - set(CFG_KEYS)}"
+        assert set(cfg["metadata"]) <= set(METADATA_KEYS), f"{case}: {set(cfg['metadata']) - set(METADATA_KEYS)}"
+
+
+def test_from_pretrained_goes_through_saelens_save_model(monkeypatch):
+    import shutil
+    import sys
+    import types
+
+    from icml26.core.errors import UserError
+    from icml26.corrsteer.sae import from_pretrained
+
+    calls = []
+
+    class FakeLensSAE:  # the two calls from_pretrained uses, as sae-lens 6 documents them
+        @classmethod
+        def from_pretrained(cls, release, sae_id, device="cpu"):
+            calls.append((release, sae_id, device))
+            return cls()
+
+        def save_model(self, path):
+            for f in ("cfg.json", "sae_weights.safetensors"):
+                shutil.copy(FIXTURES / "topk" / f, Path(path) / f)
+
+    monkeypatch.setitem(sys.modules, "sae_lens", types.SimpleNamespace(SAE=FakeLensSAE))
+    sae = from_pretrained("rel", "layer_2/x")
+    assert calls == [("rel", "layer_2/x", "cpu")] and sae.arch == "topk" and sae.layer == 2
+    io = load_file(str(FIXTURES / "topk" / "io.safetensors"))
+    with torch.no_grad():
+        torch.testing.assert_close(sae.encode(io["x"]), io["acts"], atol=1e-5, rtol=1e-5)
+    monkeypatch.setitem(sys.modules, "sae_lens", None)  # not installed
+    with pytest.raises(UserError, match="needs sae-lens"):
+        from_pretrained("rel", "x")

@@ -35,3 +35,46 @@ def test_spec_round_trip_and_guards(tmp_path):
         load_spec(tmp_path / "bad.json", "m")
     with pytest.raises(UserError, match="only SAE features"):
         save_spec(tmp_path / "x.json", [Feature(5, -1, 1.0, 0.0, torch.zeros(16), "caa")], "m", {})
+
+
+def test_steering_vector_layers_patch_the_previous_block_output():
+    """steering-vectors adds ``layer_activations[j]`` to decoder block j's output; at the last
+    position that must equal CorrSteer adding at block j + 1's input."""
+    import torch
+
+    from icml26.core.errors import UserError
+    from icml26.core.lm import tiny_llama
+    from icml26.corrsteer.spec import steering_vector_layers
+    from icml26.corrsteer.steer import Feature, Steerer
+    from icml26.corrsteer.train import blocks
+
+    model, _ = tiny_llama(hidden=32, layers=4, heads=4, seed=0)
+    g = torch.Generator().manual_seed(0)
+    feats = [Feature(2, 5, 1.5, 0.3, torch.randn(32, generator=g, dtype=torch.float64)),
+             Feature(2, 7, -0.5, -0.2, torch.randn(32, generator=g, dtype=torch.float64)),
+             Feature(3, 1, 2.0, 0.1, torch.randn(32, generator=g, dtype=torch.float64))]
+    layers = steering_vector_layers(feats)
+    assert sorted(layers) == [1, 2] and layers[1].dtype == torch.float32
+    torch.testing.assert_close(layers[1], (1.5 * feats[0].direction - 0.5 * feats[1].direction).float())
+    ids = torch.randint(0, 250, (1, 9), generator=g)
+
+    def out_hook(j):
+        def hook(module, args, output):
+            h = output[0] if isinstance(output, tuple) else output
+            h = h.clone()
+            h[:, -1] += layers[j]
+            return (h, *output[1:]) if isinstance(output, tuple) else h
+        return hook
+
+    handles = [blocks(model)[j].register_forward_hook(out_hook(j)) for j in layers]
+    try:
+        with torch.no_grad():
+            theirs = model(input_ids=ids).logits
+    finally:
+        for h in handles:
+            h.remove()
+    with torch.no_grad(), Steerer(model, feats):
+        ours = model(input_ids=ids).logits
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
+    with pytest.raises(UserError, match="block 0"):
+        steering_vector_layers([Feature(0, 1, 1.0, 0.1, torch.ones(32, dtype=torch.float64))])

@@ -48,7 +48,15 @@ from icml26.core.lm import load_lm, resolve_dtype
 from icml26.core.mcq import bigbench_local
 from icml26.core.stats import clustered_bootstrap
 from icml26.core.torchutil import bootstrap_ci, check_device
-from icml26.corrsteer.experiment import CONTROL_NAME, Splits, run_seed, sft_baseline, unsteered_pass
+from icml26.corrsteer.experiment import (
+    CAA_STRENGTHS,
+    COEF_GRID,
+    CONTROL_NAME,
+    Splits,
+    run_seed,
+    sft_baseline,
+    unsteered_pass,
+)
 from icml26.corrsteer.sae import load_sae
 from icml26.corrsteer.sft import SFTConfig
 from icml26.corrsteer.stage import sae_stage
@@ -75,7 +83,8 @@ def _settings(ctx: RunContext, n_layers: int) -> dict:
         tiny=dict(layers=[3], train=TrainConfig(d_sae=256, k=16, epochs=2, batch_size=256, lr=1e-3),
                   n_train=10_000, n_eval=2_000, splits=Splits(48, 16, 32), seeds=[0], n_random=2,
                   probe=0, max_tasks=2, parts=["mmlu"], bbq_splits=Splits(24, 8, 16), sft=[],
-                  sft_epochs=1, sft_seeds=1, refusal_seeds=1, benign=16, refusal_tokens=8),
+                  sft_epochs=1, sft_seeds=1, refusal_seeds=1, benign=16, refusal_tokens=8,
+                  coef_grid=(1.0, 3.0), caa_grid=(2.0, 32.0)),  # short grids: tiny stays < 60 CPU-s
         small=dict(layers=[8, 15, 22], train=TrainConfig(d_sae=4096, k=32, epochs=3, batch_size=512, lr=5e-4),
                    n_train=50_000, n_eval=10_000, splits=Splits(500, 150, 300), seeds=[0, 1, 2],
                    n_random=5, probe=20, max_tasks=6, parts=["mmlu", "bbq"], bbq_splits=Splits(400, 100, 300),
@@ -97,6 +106,13 @@ def _settings(ctx: RunContext, n_layers: int) -> dict:
             if bad:
                 raise UserError(f"--opt {key}: unknown part(s) {bad}; choose from {list(allowed)}")
     S.setdefault("min_minority", 5)
+    S["select_token"] = int(o.get("select_token", 0))
+    if S["select_token"] not in (0, 1):
+        raise UserError(f"--opt select_token={o.get('select_token')!r}: choose 0 (unrestricted first token) or 1")
+    for key, default in (("coef_grid", COEF_GRID), ("caa_grid", CAA_STRENGTHS)):
+        S[key] = tuple(float(x) for x in str(o[key]).split(",")) if key in o else S.get(key, default)
+        if not S[key] or any(not np.isfinite(x) or x <= 0 for x in S[key]):
+            raise UserError(f"--opt {key}={o.get(key)!r}: needs positive numbers, e.g. 0.5,1,2,3")
     S["source"] = o.get("source", "mmlu")
     if S["source"] not in SOURCES:
         raise UserError(f"--opt source={S['source']!r}: choose from {list(SOURCES)}")
@@ -137,7 +153,8 @@ def bbq_tasks() -> list[str]:
     return tasks
 
 
-def choose_tasks(model, tok, n_probe: int, max_tasks: int, need: int, seed: int, progress=None):
+def choose_tasks(model, tok, n_probe: int, max_tasks: int, need: int, seed: int, progress=None,
+                 select_token: int = 1):
     """Tasks whose unsteered probe accuracy lies in (chance + 5 pp, 70%), with enough items;
     falls back to the best margins over chance when fewer than two qualify (noted)."""
     from icml26.core.mcq import bigbench_task_sizes, load_bigbench
@@ -148,7 +165,7 @@ def choose_tasks(model, tok, n_probe: int, max_tasks: int, need: int, seed: int,
         if sizes.get(task, 0) < max(need // max_tasks, n_probe):
             continue
         items = load_bigbench(task, max_items=n_probe, seed=10_000 + seed)
-        data = unsteered_pass(model, tok, items, [], progress)
+        data = unsteered_pass(model, tok, items, [], progress, select_token=select_token)
         chance = float(np.mean([len(i.gold) / len(i.choices) for i in items]))
         probe.append({"task": task, "acc": float(data.correct.mean()), "chance": chance,
                       "n_items": sizes[task]})
@@ -234,9 +251,9 @@ def _part_items(ctx, model, tok, S, part: str):
 
             memo = Memo(ctx.out_dir / "memo.json", config={"model": str(ctx.options.get("model")),
                                                             "probe": S["probe"], "tasks": CANDIDATE_TASKS,
-                                                            "seed": ctx.seed})
+                                                            "seed": ctx.seed, "select_token": S["select_token"]})
             tasks, probe, fallback = memo.compute("tasks", lambda: choose_tasks(
-                model, tok, S["probe"], S["max_tasks"], need, ctx.seed, ctx.progress))
+                model, tok, S["probe"], S["max_tasks"], need, ctx.seed, ctx.progress, S["select_token"]))
         items = _pool(tasks, need, ctx.seed)
     return items, tasks, probe, fallback, sp
 
@@ -250,12 +267,13 @@ def _sft_units(ctx, model, tok, S, part: str, items, sp) -> list[dict]:
 
     from icml26.core.checkpoint import Memo
     from icml26.corrsteer.experiment import ItemPass
-    from icml26.corrsteer.mcqsteer import encode_items, letter_token_ids
+    from icml26.corrsteer.mcqsteer import answer_groups, encode_items, letter_token_ids
 
     epochs = S["sft_epochs"] or int(np.ceil(4000 / sp.n_train))  # the paper's num_samples = 4000
     cfg = SFTConfig(epochs=epochs)
     path = ctx.out_dir / f"sft_{part}.json"
-    config = {"model": str(ctx.options.get("model")), "dtype": str(resolve_dtype(ctx.options.get("dtype"), ctx.device)),
+    config = {"model": str(ctx.options.get("model")), "select_token": S["select_token"],
+              "dtype": str(resolve_dtype(ctx.options.get("dtype"), ctx.device)),
               "part": part, "splits": [sp.n_train, sp.n_val, sp.n_test], "cfg": cfg.__dict__,
               "items": [it.id for it in items]}
     lock = path.with_suffix(".lock")
@@ -276,7 +294,9 @@ def _sft_units(ctx, model, tok, S, part: str, items, sp) -> list[dict]:
         if key not in memo:
             if data is None:
                 letters = letter_token_ids(tok, max(len(it.choices) for it in items))
-                data = ItemPass(items, encode_items(tok, items), letters, np.zeros(len(items), bool))
+                groups = answer_groups(tok, len(letters)) if S["select_token"] == 0 else None
+                data = ItemPass(items, encode_items(tok, items), letters, np.zeros(len(items), bool),
+                                groups=groups)
             r = sft_baseline(model, data, sp, ctx.seed + s, cfg, ctx.progress)
             memo.put(key, {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()})
         r = dict(Memo(path, config=config).get(key))
@@ -312,8 +332,9 @@ def _run_part(ctx, model, tok, saes, S, part: str) -> dict:
     t0 = time.perf_counter()
     layers = S["layers"]
     items, tasks, probe, fallback, sp = _part_items(ctx, model, tok, S, part)
-    data = unsteered_pass(model, tok, items, layers, ctx.progress, keep_cache=True)
-    runs = [run_seed(model, data, saes, sp, ctx.seed + s, n_random=S["n_random"], progress=ctx.progress)
+    data = unsteered_pass(model, tok, items, layers, ctx.progress, keep_cache=True, select_token=S["select_token"])
+    runs = [run_seed(model, data, saes, sp, ctx.seed + s, n_random=S["n_random"], progress=ctx.progress,
+                     coef_grid=S["coef_grid"], caa_strengths=S["caa_grid"])
             for s in S["seeds"]]
     data.caches = None
     sft = _sft_units(ctx, model, tok, S, part, items, sp) if part in S["sft"] else []
@@ -486,11 +507,18 @@ def _part_notes(P: dict, S: dict) -> list[str]:
     else:
         head = f"{name}: BIG-bench tasks {P['tasks']}"
     notes = [
-        head + f"; letter answers (' A'..), argmax restricted to the item's letters; splits "
+        head + ("; letter answers (' A'..), argmax restricted to the item's letters (select_token=1, the "
+                "official ablation)" if S["select_token"] else
+                "; the unrestricted first token after 'Answer:', right when it parses to the gold letter "
+                "(select_token=0, the official default)")
+        + f"; CorrSteer-P coefficient grid {list(S['coef_grid'])}, CAA norms {list(S['caa_grid'])}; splits "
         f"{sp.n_train}/{sp.n_val}/{sp.n_test} per seed, split seeds {[r['seed'] for r in runs]}; "
         f"base train accuracy {[round(r['base_train_acc'], 3) for r in runs]}.",
-        f"{name}: CorrSteer-P kept {kept} features (per seed) out of {len(S['layers'])} layers; CAA strength "
-        f"picked on validation {[r['caa_strength'] for r in runs]}; part wall time {P['seconds']:.0f} s.",
+        f"{name}: CorrSteer-P kept {kept} features (per seed) out of {len(S['layers'])} layers, multipliers "
+        f"{[[c['multiplier'] for c in r['p_info']['candidates'] if c['kept']] for r in runs]}; CAA norm "
+        f"picked on validation {[r['caa_strength'] for r in runs]}"
+        + (" (at its grid's edge on some seed: the grid may be too short)" if any(r.get("caa_edge") for r in runs)
+           else "") + f"; part wall time {P['seconds']:.0f} s.",
     ]
     if P["probe"]:
         notes.append(f"{name} task probe (unsteered only): " + ", ".join(

@@ -19,7 +19,13 @@ import torch
 
 from icml26.core.errors import UserError
 from icml26.corrsteer.correlate import CorrelationAccumulator, check_rewards
-from icml26.corrsteer.mcqsteer import encode_items, letter_token_ids, score_item
+from icml26.corrsteer.mcqsteer import (
+    answer_groups,
+    encode_items,
+    letter_token_ids,
+    predict,
+    score_item,
+)
 from icml26.corrsteer.steer import Feature, select, side_effect_ratio, steering_deltas
 
 __all__ = ["Splits", "ItemPass", "unsteered_pass", "score_systems", "run_seed", "sft_baseline",
@@ -50,7 +56,11 @@ class Splits:
 
 @dataclass
 class ItemPass:
-    """Unsteered results for every item: ``correct`` ``(n,)`` bool, ``resid`` ``{L: (n, d)}``."""
+    """Unsteered results for every item: ``correct`` ``(n,)`` bool, ``resid`` ``{L: (n, d)}``.
+
+    ``groups``: :func:`icml26.corrsteer.mcqsteer.answer_groups` when the answer is the unrestricted
+    first token (``select_token=0``, the official default), ``None`` when restricted to the letters.
+    """
 
     items: list
     ids: list
@@ -58,31 +68,45 @@ class ItemPass:
     correct: np.ndarray
     resid: dict[int, torch.Tensor] = field(default_factory=dict)
     caches: list | None = None
+    groups: torch.Tensor | None = None
+
+    @property
+    def unrestricted(self) -> bool:
+        return self.groups is not None
 
 
-def _correct(logits: torch.Tensor, item) -> np.ndarray:
-    pred = logits[:, :len(item.choices)].argmax(-1).numpy()
-    return np.array([p in item.gold for p in pred])
+def _pred(logits: torch.Tensor, item, unrestricted: bool) -> np.ndarray:
+    return predict(logits, len(item.choices), unrestricted)
 
 
-def unsteered_pass(model, tok, items, layers, progress=None, keep_cache: bool = False) -> ItemPass:
+def _correct(logits: torch.Tensor, item, unrestricted: bool = False) -> np.ndarray:
+    return np.array([p in item.gold for p in _pred(logits, item, unrestricted)])
+
+
+def unsteered_pass(model, tok, items, layers, progress=None, keep_cache: bool = False,
+                   select_token: int = 1) -> ItemPass:
     """Unsteered letter scoring of every item; ``keep_cache`` keeps each prompt-prefix KV cache
-    (about 23 KB per token for SmolLM2 in bf16) so later steered passes forward one token only."""
+    (about 23 KB per token for SmolLM2 in bf16) so later steered passes forward one token only.
+    ``select_token=1`` restricts the answer to the item's letters; ``0`` takes the unrestricted
+    first token, right when it parses to the gold letter (the official default)."""
+    if select_token not in (0, 1):
+        raise UserError(f"select_token must be 0 or 1; got {select_token!r}")
     letters = letter_token_ids(tok, max(len(it.choices) for it in items))
+    groups = answer_groups(tok, len(letters)) if select_token == 0 else None
     ids = encode_items(tok, items)
     correct, resid, caches = [], {L: [] for L in layers}, []
     it = range(len(items)) if progress is None else progress.track(range(len(items)), len(items), "unsteered pass")
     for i in it:
-        res = score_item(model, ids[i], letters, capture=layers, return_cache=keep_cache)
+        res = score_item(model, ids[i], letters, capture=layers, return_cache=keep_cache, groups=groups)
         logits, got = res[0], res[1]
         if keep_cache:
             caches.append(res[2])
-        correct.append(bool(_correct(logits, items[i])[0]))
+        correct.append(bool(_correct(logits, items[i], groups is not None)[0]))
         for L in layers:
             resid[L].append(got[L])
     return ItemPass(items, ids, letters, np.array(correct),
                     {L: torch.stack(v) for L, v in resid.items()} if layers else {},
-                    caches if keep_cache else None)
+                    caches if keep_cache else None, groups)
 
 
 def score_systems(model, data: ItemPass, idx, systems: list[list[Feature]], progress=None,
@@ -99,9 +123,10 @@ def score_systems(model, data: ItemPass, idx, systems: list[list[Feature]], prog
     it = it if progress is None else progress.track(it, len(it), desc)
     for j, i in it:
         logits, _ = score_item(model, data.ids[i], data.letters, deltas, n_rows=len(systems),
-                               prefix_cache=None if data.caches is None else data.caches[i])
-        out[:, j] = _correct(logits, data.items[i])
-        pred[:, j] = logits[:, :len(data.items[i].choices)].argmax(-1).numpy()
+                               prefix_cache=None if data.caches is None else data.caches[i],
+                               groups=data.groups)
+        pred[:, j] = _pred(logits, data.items[i], data.unrestricted)
+        out[:, j] = [p in data.items[i].gold for p in pred[:, j]]
     return (out, pred) if return_pred else out
 
 
@@ -109,9 +134,21 @@ def _accs(codes: dict[int, torch.Tensor], y: np.ndarray) -> dict[int, Correlatio
     return {L: CorrelationAccumulator(c.shape[1]).update(c, y) for L, c in codes.items()}
 
 
+#: the CAA baseline's strengths: the unit mean-difference direction times these, validated; the
+#: grid reaches the residual's own scale (SmolLM2's last-position residual norms are ~80-280)
+CAA_STRENGTHS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+#: CorrSteer-P's coefficient multipliers (the official robustness grid; the paper's default is 1)
+COEF_GRID = (0.5, 1.0, 2.0, 3.0)
+
+
 def run_seed(model, data: ItemPass, saes: dict, splits: Splits, seed: int, *, n_random: int = 5,
-             caa_strengths=(0.25, 0.5, 1.0, 2.0), coef_mode: str = "mean", progress=None) -> dict:
-    """All systems for one split seed. Returns per-system test correctness and selection info."""
+             caa_strengths=CAA_STRENGTHS, coef_grid=COEF_GRID, coef_mode: str = "mean",
+             progress=None) -> dict:
+    """All systems for one split seed. Returns per-system test correctness and selection info.
+
+    CorrSteer-P and raw-mode P validate every layer's candidates at each ``coef_grid`` multiplier;
+    CAA validates ``caa_strengths`` times its unit direction. S and A use multiplier 1 (no
+    validation, as in the paper)."""
     tr, va, te = splits.make(len(data.items), seed)
     y = data.correct[tr].astype(float)
     check_rewards(y)
@@ -127,9 +164,9 @@ def run_seed(model, data: ItemPass, saes: dict, splits: Splits, seed: int, *, n_
 
     sys_s, _ = select(accs, "S", w_dec, coef_mode=coef_mode)
     sys_a, _ = select(accs, "A", w_dec, coef_mode=coef_mode)
-    sys_p, info_p = select(accs, "P", w_dec, validate=validate, coef_mode=coef_mode)
+    sys_p, info_p = select(accs, "P", w_dec, validate=validate, coef_mode=coef_mode, coef_grid=coef_grid)
     sys_raw, info_raw = select(raw_accs, "P", {L: None for L in layers}, validate=validate,
-                               coef_mode=coef_mode, source="raw")
+                               coef_mode=coef_mode, source="raw", coef_grid=coef_grid)
     train_resid = {L: data.resid[L][tr] for L in data.resid}
     sys_caa, caa_strength, caa_val, randoms = baseline_systems(
         train_resid, y, sys_s, sys_p, codes, w_dec, validate, caa_strengths, n_random, seed)
@@ -152,6 +189,7 @@ def run_seed(model, data: ItemPass, saes: dict, splits: Splits, seed: int, *, n_
         "majority_test": np.array([majority in data.items[i].gold for i in te]),
         "features": {n: [f.to_dict() for f in s] for n, s in zip(names, systems, strict=True)},
         "p_info": info_p, "raw_info": info_raw, "caa_strength": caa_strength,
+        "caa_edge": len(caa_strengths) > 1 and caa_strength in (min(caa_strengths), max(caa_strengths)),
         "caa_val": caa_val, "top_r": {L: np.sort(np.abs(a.corr()))[::-1][:10].tolist() for L, a in accs.items()},
         "base_train_acc": float(y.mean()),
         "ser": {n: side_effect_ratio(test[0], test[k]) for k, n in enumerate(names)},
@@ -174,34 +212,36 @@ def sft_baseline(model, data: ItemPass, splits: Splits, seed: int, cfg=None, pro
     te_ids = [data.ids[i] for i in te]
     base = copy.deepcopy(model).float().eval()
     base_logits = letter_logits(base, te_ids, data.letters, progress, f"SFT reference (seed {seed})",
-                                compute_dtype=cfg.compute_dtype)
+                                compute_dtype=cfg.compute_dtype, groups=data.groups)
     del base
     ft, stats = finetune_letters(model, [data.ids[i] for i in tr],
                                  [data.letters[data.items[i].answer] for i in tr], cfg, progress,
                                  f"SFT (seed {seed})")
     ft_logits = letter_logits(ft, te_ids, data.letters, progress, f"SFT test (seed {seed})",
-                              compute_dtype=cfg.compute_dtype)
+                              compute_dtype=cfg.compute_dtype, groups=data.groups)
     del ft
-    base_c = np.array([_correct(base_logits[j:j + 1], data.items[i])[0] for j, i in enumerate(te)])
-    ft_c = np.array([_correct(ft_logits[j:j + 1], data.items[i])[0] for j, i in enumerate(te)])
+    u = data.unrestricted
+    base_p = np.array([_pred(base_logits[j:j + 1], data.items[i], u)[0] for j, i in enumerate(te)])
+    ft_p = np.array([_pred(ft_logits[j:j + 1], data.items[i], u)[0] for j, i in enumerate(te)])
+    base_c = np.array([p in data.items[i].gold for p, i in zip(base_p, te, strict=True)])
+    ft_c = np.array([p in data.items[i].gold for p, i in zip(ft_p, te, strict=True)])
     return {"seed": seed, "test_idx": te, "base": base_c, "sft": ft_c, "stats": stats,
             "seconds": time.perf_counter() - t0, "ser": side_effect_ratio(base_c, ft_c),
-            "changed": int(sum(int(base_logits[j, :len(data.items[i].choices)].argmax()
-                                   != ft_logits[j, :len(data.items[i].choices)].argmax())
-                               for j, i in enumerate(te)))}
+            "changed": int((base_p != ft_p).sum())}
 
 
 def baseline_systems(resid, y, sys_s, sys_p, codes, w_dec, validate, caa_strengths, n_random, seed):
     """The CAA and random-feature baselines, at CorrSteer-P's layers (S's layer if P kept none).
 
     CAA: mean pooled residual of rewarded minus unrewarded train examples (``resid[L]``: train
-    rows), strength picked by ``validate``. Random: ``n_random`` draws of one alive feature per
+    rows), as a unit direction, its norm (``caa_strengths``) picked by ``validate``. Random: ``n_random`` draws of one alive feature per
     layer, each scaled to the steering norm of the feature it stands in for (P's at that layer,
     else S's). Returns (CAA system, its strength, validation scores, random systems).
     """
     at = sorted({f.layer for f in sys_p}) or [sys_s[0].layer]
     pos = y > 0.5
     caa_dirs = {L: resid[L][pos].double().mean(0) - resid[L][~pos].double().mean(0) for L in at}
+    caa_dirs = {L: v / max(float(v.norm()), 1e-12) for L, v in caa_dirs.items()}  # unit: strength = norm
     caa_cands = [[Feature(L, -1, a, 0.0, caa_dirs[L], "caa") for L in at] for a in caa_strengths]
     caa_val = validate(caa_cands)
     caa_best = int(np.argmax(caa_val))

@@ -21,7 +21,11 @@ from icml26.core.hfcache import cache_kw, output_cache
 from icml26.corrsteer.steer import Steerer
 from icml26.corrsteer.train import blocks
 
-__all__ = ["letter_token_ids", "encode_items", "score_item", "full_forward_logits"]
+__all__ = ["letter_token_ids", "answer_groups", "grouped_logits", "predict", "encode_items", "score_item",
+           "full_forward_logits"]
+
+#: first-token texts (stripped) that parse as letter K, as ``str.format`` patterns
+PARSE_FORMS = ("{}", "{}.", "{})", "({}", "({})", "{}:")
 
 
 def letter_token_ids(tok, n: int) -> list[int]:
@@ -38,6 +42,49 @@ def letter_token_ids(tok, n: int) -> list[int]:
     return out
 
 
+def answer_groups(tok, n: int) -> torch.Tensor:
+    """For the unrestricted first token (the official default): ``(V,)`` long, the letter index
+    ``k < n`` a vocabulary token parses to (its text, stripped, is ``K``, ``K.``, ``K)``, ``(K``,
+    ``(K)`` or ``K:``, upper case), else ``n`` (no letter: an EOS, a word, a newline, …)."""
+    from icml26.core.mcq import LETTERS
+
+    forms = {f.format(LETTERS[k]): k for k in range(n) for f in PARSE_FORMS}
+    size = max(len(tok), int(getattr(tok, "vocab_size", 0) or 0))
+    groups = torch.full((size,), n, dtype=torch.long)
+    for t in range(len(tok)):
+        k = forms.get(tok.decode([t]).strip())
+        if k is not None:
+            groups[t] = k
+    if not all((groups == k).any() for k in range(n)):
+        raise UserError(f"the tokenizer has no token for some of the letters A..{LETTERS[n - 1]}")
+    return groups
+
+
+def grouped_logits(logits: torch.Tensor, groups: torch.Tensor, n: int) -> torch.Tensor:
+    """``(B, V)`` logits -> ``(B, n + 1)``: the best logit of the tokens that parse to each letter,
+    then the best of all other tokens (column ``n``). Vocabulary rows beyond ``groups`` (padding
+    rows of an LM head) count as "other"."""
+    V = logits.shape[-1]
+    g = groups[:V].to(logits.device) if groups.numel() >= V else torch.cat(
+        [groups.to(logits.device), torch.full((V - groups.numel(),), n, dtype=torch.long, device=logits.device)])
+    out = torch.full((logits.shape[0], n + 1), float("-inf"), dtype=logits.dtype, device=logits.device)
+    return out.scatter_reduce(1, g.expand(logits.shape[0], V), logits, reduce="amax", include_self=True)
+
+
+def predict(logits: torch.Tensor, n_choices: int, unrestricted: bool) -> np.ndarray:
+    """Predicted letter index per row, ``-1`` for "no letter".
+
+    Restricted (``select_token=1``): arg-max over the item's ``n_choices`` letter columns. Unrestricted
+    (``select_token=0``, ``logits`` from :func:`grouped_logits`): arg-max over the item's letters and
+    one "other" column that folds every other token, letters past the item's choices included.
+    """
+    if not unrestricted:
+        return logits[:, :n_choices].argmax(-1).cpu().numpy()
+    other = logits[:, n_choices:].max(-1, keepdim=True).values
+    pred = torch.cat([logits[:, :n_choices], other], dim=-1).argmax(-1).cpu().numpy()
+    return np.where(pred == n_choices, -1, pred)
+
+
 def encode_items(tok, items) -> list[torch.Tensor]:
     """Letter prompts (:func:`icml26.core.mcq.letter_prompt`) as 1-D LongTensors."""
     from icml26.core.mcq import letter_prompt
@@ -48,13 +95,16 @@ def encode_items(tok, items) -> list[torch.Tensor]:
 @torch.no_grad()
 def score_item(model, ids: torch.Tensor, letters: Sequence[int],
                deltas: dict[int, torch.Tensor] | None = None, n_rows: int = 1,
-               capture: Sequence[int] = (), prefix_cache=None, return_cache: bool = False):
+               capture: Sequence[int] = (), prefix_cache=None, return_cache: bool = False,
+               groups: torch.Tensor | None = None):
     """Letter logits of one prompt under ``n_rows`` steering systems.
 
     ``ids`` ``(T,)``; ``deltas`` ``{layer: (n_rows, d)}`` added at the last position (row b to
     system b; zero rows are unsteered). Returns ``(logits (n_rows, len(letters)) float32,
     {L: (d,) float32 residual entering block L at the last position, unsteered row 0})`` —
-    ``capture`` layers are read before any steering of the same layer is added.
+    ``capture`` layers are read before any steering of the same layer is added. With ``groups``
+    (:func:`answer_groups`, the unrestricted first token) the logits are
+    :func:`grouped_logits`, ``(n_rows, len(letters) + 1)``.
 
     ``prefix_cache``: the KV cache of ``ids[:-1]`` from an earlier call with ``return_cache=True``
     (then a third value); it is copied, never modified, so one prefix serves many calls.
@@ -91,7 +141,7 @@ def score_item(model, ids: torch.Tensor, letters: Sequence[int],
     finally:
         for h in handles:
             h.remove()
-    res = logits[:, list(letters)].float().cpu()
+    res = (logits[:, list(letters)] if groups is None else grouped_logits(logits, groups, len(letters))).float().cpu()
     return (res, got, kept) if return_cache else (res, got)
 
 
@@ -105,15 +155,11 @@ def _keep_last(model) -> dict:
 
 @torch.no_grad()
 def full_forward_logits(model, ids: torch.Tensor, letters: Sequence[int],
-                        deltas: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+                        deltas: dict[int, torch.Tensor] | None = None,
+                        groups: torch.Tensor | None = None) -> torch.Tensor:
     """Reference for :func:`score_item`: the whole prompt forwarded once per system, no cache."""
     device = next(model.parameters()).device
     n = 1 if not deltas else next(iter(deltas.values())).shape[0] if next(iter(deltas.values())).ndim == 2 else 1
     with Steerer(model, deltas or {}):
         logits = model(input_ids=ids.to(device)[None].expand(n, -1), use_cache=False).logits[:, -1]
-    return logits[:, list(letters)].float().cpu()
-
-
-def predictions(logits: torch.Tensor, n_choices: int) -> np.ndarray:
-    """Arg-max over the first ``n_choices`` letters; ``logits`` ``(B, n_letters)`` -> ``(B,)``."""
-    return logits[:, :n_choices].argmax(-1).numpy()
+    return (logits[:, list(letters)] if groups is None else grouped_logits(logits, groups, len(letters))).float().cpu()

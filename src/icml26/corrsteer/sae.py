@@ -32,12 +32,26 @@ from torch import nn
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_bytes, atomic_write_json
 
-__all__ = ["SAE", "ARCHITECTURES", "save_sae", "load_sae", "hook_name", "layer_of_hook"]
+__all__ = ["SAE", "ARCHITECTURES", "save_sae", "load_sae", "from_pretrained", "hook_name", "layer_of_hook",
+           "SAELENS_CHECKED", "CFG_KEYS"]
 
 ARCHITECTURES = ("topk", "relu", "jumprelu")
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"
 _ALIASES = {"standard": "relu", "topk": "topk", "jumprelu": "jumprelu", "relu": "relu"}
+#: the sae-lens release whose folders ``load_sae`` was checked against (tests/corrsteer/fixtures)
+SAELENS_CHECKED = "6.54.12"
+#: every cfg.json key (top level, and under ``metadata``) of that release's folders, and what
+#: ``load_sae`` does with it: "read", or "ignored" (no effect on encode/decode of a residual SAE)
+CFG_KEYS = {
+    "architecture": "read", "d_in": "read", "d_sae": "read", "k": "read", "dtype": "ignored",
+    "device": "ignored", "apply_b_dec_to_input": "read", "normalize_activations": "read",
+    "rescale_acts_by_decoder_norm": "read", "reshape_activations": "read", "metadata": "read",
+}
+METADATA_KEYS = {
+    "hook_name": "read", "model_name": "read", "hook_head_index": "ignored", "prepend_bos": "ignored",
+    "sae_lens_version": "ignored", "sae_lens_training_version": "ignored",
+}
 
 
 def hook_name(layer: int) -> str:
@@ -232,6 +246,9 @@ def load_sae(folder: str | os.PathLike, *, dtype: torch.dtype | None = None, dev
         if tuple(tensors[name].shape) != shape:
             raise UserError(f"{w_path}: tensor {name!r} has shape {tuple(tensors[name].shape)}; "
                             f"cfg.json (d_in={cfg['d_in']}, d_sae={cfg['d_sae']}) needs {shape}")
+    if cfg.get("reshape_activations", "none") not in ("none", None):
+        raise UserError(f"{cfg_path}: reshape_activations={cfg['reshape_activations']!r} (an attention-head "
+                        "SAE) is not supported; residual-stream SAEs only")
     if cfg.get("normalize_activations", "none") not in ("none", None):
         raise UserError(f"{cfg_path}: normalize_activations={cfg['normalize_activations']!r} is not "
                         "supported; fold the scale into the weights first")
@@ -251,3 +268,25 @@ def load_sae(folder: str | os.PathLike, *, dtype: torch.dtype | None = None, dev
         state["W_dec"] = (state["W_dec"].double() / norms[:, None]).to(state["W_dec"].dtype)
     sae.load_state_dict({n: t.to(dt) for n, t in state.items()})
     return sae.to(device)
+
+
+def from_pretrained(release: str, sae_id: str, *, device="cpu", dtype: torch.dtype | None = None) -> SAE:
+    """A released SAE through SAELens's registry (``SAE.from_pretrained(release, sae_id)``, e.g.
+    ``("gemma-scope-2b-pt-res-canonical", "layer_12/width_16k/canonical")``), as our :class:`SAE`.
+
+    Needs ``sae-lens`` (not an icml26 dependency: ``pip install sae-lens``) and its hub access;
+    the SAE is saved by SAELens into a temporary folder and read back with :func:`load_sae`, so
+    the two agree by construction of the folder format checked in tests/corrsteer/fixtures.
+    """
+    import tempfile
+
+    try:
+        from sae_lens import SAE as LensSAE
+    except ImportError:
+        raise UserError("SAE.from_pretrained needs sae-lens (pip install sae-lens); or download the "
+                        "SAE folder yourself and use load_sae(folder)") from None
+    got = LensSAE.from_pretrained(release, sae_id, device="cpu")
+    lens = got[0] if isinstance(got, tuple) else got  # sae-lens < 6 returned (sae, cfg, sparsity)
+    with tempfile.TemporaryDirectory(prefix="icml26-sae-") as tmp:
+        lens.save_model(tmp)
+        return load_sae(tmp, dtype=dtype, device=device)

@@ -129,12 +129,18 @@ def finetune_letters(model, ids: Sequence[torch.Tensor], targets: Sequence[int],
 
 @torch.no_grad()
 def letter_logits(model, ids: Sequence[torch.Tensor], letters: Sequence[int], progress=None,
-                  desc: str = "score", compute_dtype: str | None = "auto") -> torch.Tensor:
-    """Letter logits ``(n, len(letters))`` after each prompt (one full forward each, no steering)."""
+                  desc: str = "score", compute_dtype: str | None = "auto",
+                  groups: torch.Tensor | None = None) -> torch.Tensor:
+    """Letter logits ``(n, len(letters))`` after each prompt (one full forward each, no steering);
+    with ``groups`` (the unrestricted first token) the grouped logits ``(n, len(letters) + 1)``."""
+    from icml26.corrsteer.mcqsteer import grouped_logits
+
     device = next(model.parameters()).device
     out = []
     it = ids if progress is None else progress.track(ids, len(ids), desc)
     with _autocast(model, compute_dtype):
         for x in it:
-            out.append(_last_logits(model, x.to(device))[list(letters)].cpu())
+            last = _last_logits(model, x.to(device))
+            out.append((last[list(letters)] if groups is None
+                        else grouped_logits(last[None], groups, len(letters))[0]).float().cpu())
     return torch.stack(out)

@@ -13,13 +13,17 @@ import io
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from icml26.core.errors import UserError
 from icml26.core.io import atomic_write_json, atomic_write_text
 from icml26.corrsteer.sae import hook_name, load_sae
 from icml26.corrsteer.steer import Feature
 
-__all__ = ["save_spec", "load_spec"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["save_spec", "load_spec", "steering_vector_layers", "to_steering_vector"]
 
 
 def save_spec(path: str | os.PathLike, features: list[Feature], model_id: str, sae_dirs: dict[int, str]) -> Path:
@@ -74,3 +78,28 @@ def load_spec(path: str | os.PathLike, model_id: str, *, hidden_size: int | None
     return out
 
 
+def steering_vector_layers(features: list[Feature]) -> dict[int, torch.Tensor]:
+    """The features as steering-vectors' ``layer_activations`` (``layer_type="decoder_block"``):
+    ``{L - 1: summed vector}`` float32, because that library patches the *output* of decoder block
+    ``L - 1`` (= the residual entering block ``L``, where CorrSteer adds). Apply it as CorrSteer does,
+    at the last position of every forward call: ``sv.apply(model, token_indices=slice(-1, None))``.
+    A feature at block 0 (the embedding output) has no decoder-block form: a ``UserError``."""
+    from icml26.corrsteer.steer import steering_deltas
+
+    out = {}
+    for L, v in sorted(steering_deltas(features).items()):
+        if L == 0:
+            raise UserError("a steering vector at block 0's input (the embeddings) has no decoder_block "
+                            "form in steering-vectors; steer at layer >= 1")
+        out[L - 1] = v.float().clone()
+    return out
+
+
+def to_steering_vector(features: list[Feature]):
+    """A ``steering_vectors.SteeringVector`` of the features (needs ``pip install steering-vectors``)."""
+    try:
+        from steering_vectors import SteeringVector
+    except ImportError:
+        raise UserError("to_steering_vector needs steering-vectors (pip install steering-vectors); "
+                        "steering_vector_layers() gives its layer_activations without it") from None
+    return SteeringVector(layer_activations=steering_vector_layers(features), layer_type="decoder_block")

@@ -10,7 +10,8 @@ by editing feature activations (a recomputed SAE error term would cancel the edi
 prefill, then each new token under the KV cache; multiplier 1. Selection strategies
 (:func:`select`): ``S`` the single best |r| over layers; ``A`` each layer's top |r| at once;
 ``P`` per layer, the top positive and top negative feature are each tried alone on a validation
-split and the better is kept if it beats unsteered; the kept features are applied together.
+split (at each multiplier of ``coef_grid``; the paper's is 1) and the better is kept if it beats
+unsteered; the kept features are applied together.
 """
 
 from __future__ import annotations
@@ -140,16 +141,28 @@ def _best(pos: Feature, neg: Feature) -> Feature:
     return pos if abs(pos.r) >= abs(neg.r) else neg
 
 
+def scaled(f: Feature, m: float) -> Feature:
+    """``f`` with its coefficient multiplied by ``m``."""
+    return Feature(f.layer, f.index, f.coef * m, f.r, f.direction, f.source)
+
+
 def select(accs: dict[int, CorrelationAccumulator], strategy: str, w_dec: dict[int, torch.Tensor | None],
            *, validate: Callable[[list[list[Feature]]], list[float]] | None = None,
-           coef_mode: str = "mean", source: str = "sae") -> tuple[list[Feature], dict]:
+           coef_mode: str = "mean", source: str = "sae",
+           coef_grid: Sequence[float] = (1.0,)) -> tuple[list[Feature], dict]:
     """Features chosen by strategy ``S``, ``A`` or ``P``; returns ``(features, info)``.
 
     ``validate(systems)`` scores a list of feature lists on the validation split (accuracy each);
     ``P`` needs it and records in ``info`` the unsteered and per-candidate validation accuracies.
+    ``coef_grid``: multipliers of each candidate's coefficient that ``P`` validates too (the
+    paper's multiplier is 1; the official robustness grid is 0.5, 1, 2, 3); a layer keeps its best
+    (sign, multiplier) if that beats unsteered, the earlier in the grid on ties.
     """
     if strategy not in STRATEGIES:
         raise UserError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
+    grid = [float(m) for m in coef_grid]
+    if not grid or any(not math.isfinite(m) or m <= 0 for m in grid):
+        raise UserError(f"coef_grid needs positive finite multipliers; got {list(coef_grid)}")
     cands = {L: top_features(a, L, w_dec.get(L), coef_mode=coef_mode, source=source)
              for L, a in sorted(accs.items())}
     if strategy == "S":
@@ -161,17 +174,21 @@ def select(accs: dict[int, CorrelationAccumulator], strategy: str, w_dec: dict[i
         raise UserError("strategy P needs a validation function")
     systems: list[list[Feature]] = [[]]
     for pos, neg in cands.values():
-        systems += [[pos], [neg]]
+        systems += [[scaled(f, m)] for f in (pos, neg) for m in grid]
     scores = validate(systems)
     base = scores[0]
-    kept, info = [], {"val_unsteered": base, "candidates": []}
+    kept, info = [], {"val_unsteered": base, "candidates": [], "coef_grid": grid}
+    k = len(grid)
     for j, (L, (pos, neg)) in enumerate(cands.items()):
-        sp, sn = scores[1 + 2 * j], scores[2 + 2 * j]
-        best, acc = (pos, sp) if sp >= sn else (neg, sn)
-        info["candidates"].append({"layer": L, "pos": pos.to_dict() | {"val": sp},
-                                   "neg": neg.to_dict() | {"val": sn}, "kept": acc > base})
+        sp = scores[1 + 2 * k * j:1 + 2 * k * j + k]
+        sn = scores[1 + 2 * k * j + k:1 + 2 * k * (j + 1)]
+        ip, i_n = int(np.argmax(sp)), int(np.argmax(sn))
+        best, acc, m = (pos, sp[ip], grid[ip]) if sp[ip] >= sn[i_n] else (neg, sn[i_n], grid[i_n])
+        info["candidates"].append({"layer": L, "pos": pos.to_dict() | {"val": sp[ip], "val_grid": list(sp)},
+                                   "neg": neg.to_dict() | {"val": sn[i_n], "val_grid": list(sn)},
+                                   "multiplier": m, "kept": acc > base})
         if acc > base:
-            kept.append(best)
+            kept.append(scaled(best, m))
     return kept, info
 
 
