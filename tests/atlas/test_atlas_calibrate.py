@@ -179,3 +179,55 @@ def test_accelerations_reach_plain_em_fixed_point():
     assert fast[3]["iterations"] < plain[3]["iterations"]
     assert fast[3]["loglik"] == pytest.approx(plain[3]["loglik"], abs=1e-3)
     np.testing.assert_allclose(fast[0], plain[0], atol=2e-3)
+
+
+def test_start_values_keep_the_sign_of_small_negative_slopes():
+    # Regression: start values used to map every |a| < 0.2 to +0.2, flipping weakly mis-keyed
+    # items (item-rest correlation slightly below 0) to a positive start.
+    from icml26.atlas.calibrate import start_values
+
+    true = random_bank(12, "2PL", seed=3, a_range=(0.8, 2.0))
+    true.a[0], true.a[1] = -0.12, -0.05
+    R = simulate(true, np.random.default_rng(4).standard_normal(4000), seed=5)
+    obs, Y = (~np.isnan(R)).astype(float), np.nan_to_num(R)
+    a, _, _ = start_values(Y, obs, EMConfig(model="2PL"))
+    rest = Y.sum(1)[:, None] - Y  # the rest score, computed apart from the library
+    rho = np.array([np.corrcoef(Y[:, j], rest[:, j])[0, 1] for j in range(Y.shape[1])])
+    small = np.abs(1.7 * rho / np.sqrt(1 - rho**2)) < 0.2
+    assert small[:2].all() and (rho[:2] < 0).all()  # the case the old line got wrong
+    assert np.array_equal(np.sign(a), np.sign(rho))
+    assert np.all(np.abs(a) >= 0.2 - 1e-12)
+
+
+def test_3pl_gets_the_beta_prior_by_default_and_none_is_plain_ml():
+    from icml26.atlas.calibrate import G_PRIOR_3PL
+
+    true = random_bank(10, "3PL", seed=1, a_range=(0.8, 2.5))
+    R = simulate(true, np.random.default_rng(2).standard_normal(1500), seed=3)
+    default = calibrate(R, model="3PL", drop_constant_models=False, max_iter=200)
+    plain = calibrate(R, model="3PL", drop_constant_models=False, max_iter=200, g_prior=None)
+    assert default.fit["g_prior"] == list(G_PRIOR_3PL) and plain.fit["g_prior"] is None
+    # the prior pulls every g towards its mode 0.2: the posterior fit's g's lie nearer 0.2
+    mode = (G_PRIOR_3PL[0] - 1) / (sum(G_PRIOR_3PL) - 2)
+    assert np.mean(np.abs(default.g - mode)) < np.mean(np.abs(plain.g - mode))
+    assert plain.fit["loglik"] >= default.fit["loglik"] - 1e-6  # ML is the higher likelihood
+    two = calibrate(R, model="2PL", drop_constant_models=False, max_iter=50)
+    assert two.fit["g_prior"] is None and not np.any(two.g)
+    with pytest.raises(UserError, match="g_prior"):
+        calibrate(R, model="3PL", g_prior="beta")
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), missing=st.sampled_from([0.0, 0.2]))
+def test_em_log_posterior_never_falls_with_a_g_prior(seed, missing):
+    from icml26.atlas.calibrate import log_prior
+
+    rng = np.random.default_rng(seed)
+    true = random_bank(8, "3PL", seed=seed)
+    R = simulate(true, rng.standard_normal(300), seed=seed + 1, missing=missing)
+    obs, Y = (~np.isnan(R)).astype(float), np.nan_to_num(R)
+    cfg = EMConfig(model="3PL", max_iter=40, tol=1e-12, g_prior=(5, 17))
+    a, d, g, fit = em_fit(Y, obs, cfg)
+    trace = np.array(fit["loglik_trace"])
+    assert np.all(np.diff(trace) >= -1e-8 * np.abs(trace[:-1]))
+    assert trace[-1] == pytest.approx(fit["loglik"] + log_prior(g, cfg), rel=1e-12)

@@ -147,3 +147,33 @@ def test_in_loop_estimators_equal_whole_bank_scoring(bank, method):
         t, s = estimate_theta(bank, resp[None], method)
         assert cat.theta == pytest.approx(float(t[0]), abs=1e-12)
         assert cat.se == pytest.approx(float(s[0]), abs=1e-12)
+
+
+def test_max_info_start_is_the_most_informative_item_at_theta0(bank):
+    for theta0 in (0.0, -1.3, 2.0):
+        info = item_information(np.array([theta0]), bank.a, bank.d, bank.g)[0]
+        info[bank.a <= 0] = -np.inf  # excluded by default
+        cat = AdaptiveTest(bank, randomesque=1, start="max_info", theta0=theta0, seed=0)
+        assert cat.next_index() == int(np.argmax(info))
+        top5 = set(np.argsort(-info)[:5])
+        for seed in range(10):  # with randomesque 5 it draws among the top five, like later steps
+            j = AdaptiveTest(bank, start="max_info", theta0=theta0, seed=seed).next_index()
+            assert j in top5
+    with pytest.raises(UserError, match="`start` must be one of random_b, max_info"):
+        AdaptiveTest(bank, start="maxinfo")
+
+
+@pytest.mark.parametrize("method", ["mle", "wle"])
+def test_in_loop_rasch_estimates_have_their_closed_forms(method):
+    # n identical Rasch items (a = 1, d = 0), k right: MLE theta = logit(k / n); WLE (Warm) solves
+    # k - n P + (1 - 2P) / 2 = 0, i.e. P = (k + 1/2) / (n + 1).
+    n = 40
+    bank = ItemBank([f"q{i}" for i in range(n)], np.ones(n), np.zeros(n), np.zeros(n), model="1PL")
+    y = np.zeros(n, dtype=int)
+    y[:13] = 1
+    cat = AdaptiveTest(bank, estimator=method, min_items=n, max_items=n, seed=0)
+    cat.run_indices(y)
+    k = 13
+    p = k / n if method == "mle" else (k + 0.5) / (n + 1)
+    assert cat.theta == pytest.approx(np.log(p / (1 - p)), abs=1e-12)
+    assert cat.se == pytest.approx(1 / np.sqrt(n * p * (1 - p)), rel=1e-10)

@@ -96,3 +96,19 @@ def test_bad_bank(tmp_path, mutate, match):
     p.write_text(json.dumps(obj))
     with pytest.raises(UserError, match=match):
         ItemBank.load(p)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xef\xbb\xbfmodel,item,correct\nm1,q1,1\nm1,q2,0\nm2,q1,0\nm2,q2,1\n",
+        b'\xef\xbb\xbf"Model";"Item";"Correct"\r\nm1;q1;1\r\nm1;q2;0\r\nm2;q1;0\r\nm2;q2;1\r\n',
+    ],
+)
+def test_utf8_bom_on_a_long_csv_is_read(tmp_path, raw):
+    # Excel's "CSV UTF-8" starts with a BOM; the header must still be recognised as long
+    p = tmp_path / "bom.csv"
+    p.write_bytes(raw)
+    R = load_responses(p)
+    assert R.models == ["m1", "m2"] and R.items == ["q1", "q2"]
+    assert R.matrix.tolist() == [[1.0, 0.0], [0.0, 1.0]]

@@ -143,15 +143,3 @@ def test_responses_cli_round_trip(tmp_path, monkeypatch):
     assert all(m.startswith("m|logprob|drop") for m in R.models)
     bad = CliRunner().invoke(app, ["responses", "--tasks", "parity", "-o", str(tmp_path / "x.txt")])
     assert bad.exit_code != 0 and "parquet or .csv" in bad.output
-
-
-def test_part_c_is_skipped_only_as_a_default_without_bigbench(monkeypatch):
-    import icml26.core.mcq as mcq
-    from icml26.atlas.claim import llm_part_skipped
-
-    monkeypatch.setattr(mcq, "bigbench_local", lambda: False)
-    assert "Part (c) not run" in llm_part_skipped({"llm": 1}, {})
-    assert llm_part_skipped({"llm": 1}, {"llm": "1"}) is None  # asked for: runs (and fails loudly)
-    assert llm_part_skipped({"llm": 0}, {}) is None
-    monkeypatch.setattr(mcq, "bigbench_local", lambda: True)
-    assert llm_part_skipped({"llm": 1}, {}) is None

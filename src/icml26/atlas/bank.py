@@ -13,13 +13,22 @@ shape ``(N,)`` give ``(T, N)`` float64 results.
 
 The JSON bank (``schema_version`` 1) holds the parameters per item with flags (``nonpositive_a``
 for a <= 0 items, which adaptive tests skip by default), the fit log and what cleaning excluded.
+
+CSV exchange with R: :meth:`ItemBank.to_mirt_csv` / :meth:`ItemBank.from_mirt_csv` use the
+layout of ``write.csv(coef(fit, IRTpars = FALSE, simplify = TRUE)$items)``: a first column of row
+names (the item ids; header ``""``, or ``X`` after a ``read.csv`` round trip) and columns ``a1, d,
+g, u``. The released ATLAS item-parameter files (``<bench>/irt_item_parameters_combined.csv`` in
+the authors' repository) have this layout with header ``"X"`` and ids ``X<k>``, R's
+``make.names`` of response-matrix column ``k``; :meth:`ItemBank.from_atlas_csv` reads them.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +42,7 @@ __all__ = ["ItemBank", "irf", "item_information", "SCHEMA_VERSION", "MODELS"]
 
 SCHEMA_VERSION = 1
 MODELS = ("1PL", "2PL", "3PL")
+MIRT_COLUMNS = ("a1", "d", "g", "u")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -132,6 +142,22 @@ class ItemBank:
                 f"{len(unknown)} item id(s) not in the bank, e.g. {', '.join(map(repr, unknown[:5]))}"
             )
         return np.array([self._index[str(i)] for i in item_ids], dtype=np.int64)
+
+    def align(self, items, matrix) -> tuple[np.ndarray, list[str]]:
+        """Put a response matrix over ``items`` (M, len(items)) on the bank's columns (M, N),
+        NaN where unanswered. Items the bank dropped at calibration (``excluded``: constant or
+        unanswered there) are left out and returned, so that a file holding them, such as the
+        calibration file itself, can still be scored; any other unknown item is an error."""
+        matrix = np.asarray(matrix, dtype=np.float64)
+        dropped_at_fit = {e["id"] for e in self.excluded.get("items", [])}
+        keep = [k for k, i in enumerate(items) if str(i) in self._index]
+        dropped = [str(i) for i in items if str(i) not in self._index and str(i) in dropped_at_fit]
+        unknown = [i for i in items if str(i) not in self._index and str(i) not in dropped_at_fit]
+        if unknown:
+            self.index(unknown)  # raises, naming the first five
+        out = np.full((matrix.shape[0], self.n_items), np.nan)
+        out[:, self.index([items[k] for k in keep])] = matrix[:, keep]
+        return out, dropped
 
     def prob(self, theta) -> np.ndarray:
         """P(correct), shape (T, N)."""
@@ -235,3 +261,89 @@ class ItemBank:
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}: not valid JSON ({exc})") from None
         return cls.from_dict(obj, source=str(path))
+
+    # ---------------------------------------------------------------------------------------
+    # R / mirt exchange
+
+    def to_mirt_csv(self, path: str | os.PathLike) -> Path:
+        """Write ``"", a1, d, g, u`` rows as R's ``write.csv`` of mirt's ``coef(...)$items`` does
+        (``u = 1``; floats as Python's shortest round-trip repr, so :meth:`from_mirt_csv` reads
+        back the same values)."""
+        from icml26.core.io import atomic_open
+
+        path = Path(path)
+        with atomic_open(path, "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+            w.writerow(["", *MIRT_COLUMNS])
+            for k, i in enumerate(self.ids):
+                w.writerow([i, *(float(x[k]) for x in (self.a, self.d, self.g)), 1.0])
+        return path
+
+    @classmethod
+    def from_mirt_csv(
+        cls, path: str | os.PathLike, model: str | None = None, *, strip_r_names: bool = False
+    ) -> ItemBank:
+        """Read a bank from mirt's ``coef(..., IRTpars = FALSE, simplify = TRUE)$items`` as CSV.
+
+        The first column holds the item ids (any header: R writes ``""``); the others must include
+        ``a1``, ``d``, ``g`` and ``u`` (more columns are an error: mirt writes them only for
+        multidimensional or other item types, which this bank cannot hold). ``u`` must be 1
+        (no 4PL). ``model``: None infers "3PL" when any g > 0, "1PL" when all slopes are equal,
+        else "2PL". ``strip_r_names``: undo R's ``make.names`` on ids (``X12`` -> ``12``).
+        """
+        from icml26.core.tables import read_table
+
+        path = Path(path)
+        t = read_table(path, what="items")
+        src = str(path)
+        if len(t.columns) < 2:
+            raise UserError(f"{src}: expected an item-id column then a1, d, g, u")
+        id_col, cols = t.columns[0], t.columns[1:]
+        missing = [c for c in MIRT_COLUMNS if c not in cols]
+        if missing:
+            raise UserError(
+                f"{src}: mirt item table lacks column(s) {', '.join(missing)}; found "
+                f"{', '.join(cols)} (write coef(fit, IRTpars = FALSE, simplify = TRUE)$items)"
+            )
+        extra = [c for c in cols if c not in MIRT_COLUMNS]
+        if extra:
+            raise UserError(
+                f"{src}: unexpected column(s) {', '.join(extra)}; a unidimensional "
+                "dichotomous bank has only a1, d, g, u"
+            )
+        ids, vals = [], {c: [] for c in MIRT_COLUMNS}
+        for k, row in enumerate(t.rows):
+            item = str(row.get(id_col) or "").strip()
+            if not item:
+                raise t.error(k, "empty item id", id_col)
+            if strip_r_names:
+                item = re.sub(r"^X(?=[0-9.])", "", item)
+            ids.append(item)
+            for c in MIRT_COLUMNS:
+                raw = row.get(c)
+                try:
+                    v = float(raw)
+                except (TypeError, ValueError):
+                    raise t.error(k, f"{raw!r} is not a number", c) from None
+                if not math.isfinite(v):
+                    raise t.error(k, f"{raw!r} is not finite", c)
+                vals[c].append(v)
+        u = np.array(vals["u"])
+        if np.any(u != 1):
+            k = int(np.flatnonzero(u != 1)[0])
+            raise t.error(k, f"u = {u[k]:g}: upper asymptotes below 1 (4PL) are not supported", "u")
+        a, d, g = (np.array(vals[c]) for c in ("a1", "d", "g"))
+        if model is None:
+            model = "3PL" if np.any(g > 0) else ("1PL" if np.ptp(a) == 0 else "2PL")
+        if model != "3PL" and np.any(g != 0):
+            raise UserError(f"{src}: model {model!r} needs g = 0 for every item")
+        try:
+            return cls(ids, a, d, g, model=model, fit={"source": src})
+        except UserError as exc:
+            raise UserError(f"{src}: {exc}") from None
+
+    @classmethod
+    def from_atlas_csv(cls, path: str | os.PathLike) -> ItemBank:
+        """A released ATLAS item-parameter file (mirt layout, header ``"X"``, ids ``X<k>``): a 3PL
+        bank whose ids are the response matrix's column names again (``X12`` -> ``12``)."""
+        return cls.from_mirt_csv(path, model="3PL", strip_r_names=True)

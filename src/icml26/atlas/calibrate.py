@@ -28,10 +28,21 @@ from icml26.atlas.bank import MODELS, ItemBank
 from icml26.atlas.data import Responses, clean
 from icml26.core.errors import UserError
 
-__all__ = ["EMConfig", "calibrate", "quadrature", "log_irf", "em_fit", "MIN_EXAMINEES"]
+__all__ = [
+    "EMConfig",
+    "calibrate",
+    "quadrature",
+    "log_irf",
+    "em_fit",
+    "MIN_EXAMINEES",
+    "G_PRIOR_3PL",
+]
 
 PX_TOL = 0.01  # PX-EM rescales only while the aggregate posterior is off N(0, 1) by more
 MIN_EXAMINEES = {"1PL": 20, "2PL": 50, "3PL": 500}
+# Beta(5, 17) on g (mode 0.2, mean 0.23): the BILOG-style prior mirt users add to 3PL fits with
+# ``PRIOR = (1-N, g, expbeta, 5, 17)``; ``calibrate(g_prior=None)`` fits plain ML instead.
+G_PRIOR_3PL = (5.0, 17.0)
 _SMALLER = {"3PL": "2PL", "2PL": "1PL"}
 
 
@@ -43,7 +54,10 @@ class EMConfig:
     quadrature (61 nodes on [-6, 6]). tol: largest parameter change to stop. max_iter: EM cycles.
     newton_steps: at most this many Fisher-scoring steps per M-step (stops when steps
     fall under 1e-9); too few make EM stall early with a small parameter change. g_start: 3PL starting lower asymptote.
-    g_prior: optional Beta(alpha, beta) prior on g (None = plain ML, as mirt's default).
+    g_prior: optional Beta(alpha, beta) prior on g (None = plain ML, mirt's default; the
+    :func:`calibrate` front end adds :data:`G_PRIOR_3PL` to 3PL fits unless told otherwise). With
+    a prior, EM maximises the log-likelihood plus the log prior density of the g's, and
+    ``loglik_trace`` traces that sum (``loglik`` stays the plain marginal log-likelihood).
     a_max: |a| bound, keeps nearly constant items from running away (mirt has none).
     accelerate: "squarem" (default) or None for plain EM (mirt accelerates too, with Ramsay's
     method).
@@ -236,23 +250,41 @@ def _m_step_1pl(a, d, r, n, nodes, cfg: EMConfig):
 
 
 def start_values(Y, obs, cfg: EMConfig):
-    """a from the item-rest correlation (a ~ 1.7 r / sqrt(1 - r^2)), d from the p-value."""
+    """a from the item-rest correlation (a ~ 1.7 r / sqrt(1 - r^2)), d from the p-value.
+
+    The rest score of model m for item j is m's proportion correct on its other observed items;
+    the correlation runs over the models that answered j.
+    """
     nobs = obs.sum(0)
     p = np.clip(Y.sum(0) / np.maximum(nobs, 1), 0.02, 0.98)
-    score = Y.sum(1) / np.maximum(obs.sum(1), 1)  # proportion correct per model
-    sc = (score[:, None] - (Y.sum(0) / np.maximum(nobs, 1))[None, :]) * obs
-    yc = (Y - p[None, :]) * obs
-    num = (sc * yc).sum(0)
-    den = np.sqrt((sc**2).sum(0) * (yc**2).sum(0)) + 1e-12
+    others = obs.sum(1)[:, None] - obs  # (M, N) observed items besides j
+    rest = (Y.sum(1)[:, None] - Y) / np.maximum(others, 1)
+    w = obs
+    mean_rest = (w * rest).sum(0) / np.maximum(nobs, 1)
+    mean_y = (w * Y).sum(0) / np.maximum(nobs, 1)
+    rc = (rest - mean_rest[None, :]) * w
+    yc = (Y - mean_y[None, :]) * w
+    num = (rc * yc).sum(0)
+    den = np.sqrt((rc**2).sum(0) * (yc**2).sum(0)) + 1e-12
     rho = np.clip(num / den, -0.9, 0.9)
     a = np.clip(1.7 * rho / np.sqrt(1 - rho**2), -3, 3)
-    a = np.where(np.abs(a) < 0.2, 0.2, a)
+    # keep the sign: a small negative slope (a mis-keyed item) starts at -0.2, not +0.2
+    a = np.where(np.abs(a) < 0.2, np.where(a < 0, -0.2, 0.2), a)
     if cfg.model == "1PL":
         a = np.full_like(a, 1.0)
     g = np.full(len(p), cfg.g_start if cfg.model == "3PL" else 0.0)
     pp = np.clip((p - g) / (1 - g), 0.02, 0.98)
     d = np.log(pp / (1 - pp)) * np.sqrt(1 + 0.35 * a**2)
     return a, d, g
+
+
+def log_prior(g, cfg: EMConfig) -> float:
+    """Log density (up to a constant) of the Beta ``cfg.g_prior`` at the g's; 0 without one."""
+    if cfg.model != "3PL" or cfg.g_prior is None:
+        return 0.0
+    al, be = cfg.g_prior
+    with np.errstate(divide="ignore"):
+        return float(np.sum((al - 1) * np.log(g) + (be - 1) * np.log1p(-g)))
 
 
 def _pack(a, d, g, three):
@@ -302,7 +334,7 @@ def em_fit(Y, obs, cfg: EMConfig, progress=None, init=None):
             if px_on:  # theta = mu + sd z: put the items on z's scale
                 a2, d2 = a1 * sd, d1 + a1 * mu
                 cand = e_step(Y, OmY, a2, d2, g1, nodes, logw, complete)
-                if cand[0] >= ll:
+                if cand[0] + log_prior(g1, cfg) >= ll + log_prior(g, cfg):
                     delta = max(
                         np.max(np.abs(a2 - a)), np.max(np.abs(d2 - d)), np.max(np.abs(g1 - g))
                     )
@@ -311,10 +343,10 @@ def em_fit(Y, obs, cfg: EMConfig, progress=None, init=None):
         return (a1, d1, g1), delta, e_step(Y, OmY, a1, d1, g1, nodes, logw, complete)
 
     loglik, r, n, post = e_step(Y, OmY, a, d, g, nodes, logw, complete)
-    trace.append(loglik)
+    trace.append(loglik + log_prior(g, cfg))
     while maps < cfg.max_iter:
         p1, delta, (ll1, r1, n1, post1) = em_map(a, d, g, r, n, post, loglik)
-        trace.append(ll1)
+        trace.append(ll1 + log_prior(p1[2], cfg))
         if delta < cfg.tol:
             a, d, g, converged = *p1, True
             break
@@ -332,10 +364,13 @@ def em_fit(Y, obs, cfg: EMConfig, progress=None, init=None):
         if alpha < -1.0:
             xn = _unpack(x0 - 2 * alpha * rr + alpha**2 * v, n_items, three, cfg)
             en = e_step(Y, OmY, *xn, nodes, logw, complete)
-            if np.isfinite(en[0]) and en[0] >= e2[0]:
+            # compare log posteriors (the prior on g moves with the extrapolated g)
+            if np.isfinite(en[0]) and en[0] + log_prior(xn[2], cfg) >= e2[0] + log_prior(
+                p2[2], cfg
+            ):
                 a, d, g = xn
                 loglik, r, n, post = en
-                trace.append(loglik)
+                trace.append(loglik + log_prior(g, cfg))
                 extrapolated += 1
                 max_alpha = max_alpha * 4 if alpha == -max_alpha else max_alpha
                 continue
@@ -344,10 +379,10 @@ def em_fit(Y, obs, cfg: EMConfig, progress=None, init=None):
             max_alpha *= 4
         a, d, g = p2
         loglik, r, n, post = e2
-        trace.append(loglik)
+        trace.append(loglik + log_prior(g, cfg))
     final = e_step(Y, OmY, a, d, g, nodes, logw, complete)[0]
-    if final != trace[-1]:
-        trace.append(final)
+    if final + log_prior(g, cfg) != trace[-1]:
+        trace.append(final + log_prior(g, cfg))
     fit = {
         "converged": converged,
         "iterations": maps,
@@ -358,7 +393,8 @@ def em_fit(Y, obs, cfg: EMConfig, progress=None, init=None):
         "quadpts": cfg.quadpts,
         "theta_lim": list(cfg.theta_lim),
         "tol": cfg.tol,
-        "g_prior": list(cfg.g_prior) if cfg.g_prior else None,
+        "g_prior": list(cfg.g_prior) if cfg.g_prior and cfg.model == "3PL" else None,
+        "log_prior": log_prior(g, cfg),
         "n_models": int(Y.shape[0]),
         "n_items": int(Y.shape[1]),
         "missing_share": float(1 - obs.mean()) if obs.size else 0.0,
@@ -375,7 +411,7 @@ def calibrate(
     chunk: int | None = None,
     *,
     max_iter: int = 500,
-    g_prior: tuple[float, float] | None = None,
+    g_prior: tuple[float, float] | None | str = "default",
     link_formula: str = "correct",
     drop_constant_models: bool = True,
     force: bool = False,
@@ -395,9 +431,16 @@ def calibrate(
         ATLAS drops all-right / all-wrong models (default True); mirt keeps them (False).
     force : bool
         Allow fewer examinees than MIN_EXAMINEES[model] (3PL 500, 2PL 50).
+    g_prior : (alpha, beta), None or "default"
+        Beta prior on the 3PL lower asymptotes. "default" is :data:`G_PRIOR_3PL` = Beta(5, 17)
+        for 3PL (ignored for 1PL/2PL); None fits plain ML (mirt's default without a PRIOR).
 
     Returns an :class:`ItemBank` with the fit log and the exclusions made while cleaning.
     """
+    if isinstance(g_prior, str):
+        if g_prior != "default":
+            raise UserError(f"`g_prior` must be (alpha, beta), None or 'default'; got {g_prior!r}")
+        g_prior = G_PRIOR_3PL if model == "3PL" else None
     cfg = EMConfig(
         model=model,
         quadpts=quadpts,

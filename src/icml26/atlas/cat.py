@@ -3,12 +3,16 @@
 Per examinee:
 
 1. theta0 = 0. Item 1 is drawn uniformly among selectable items with |b - theta0| < 0.5
-   (``first_window``); if none, the item with the nearest b.
+   (``first_window``; ``start="random_b"``, the paper's); if none, the item with the nearest b.
+   ``start="max_info"`` picks item 1 like every later one, by information at theta0 (catsim's
+   and catR's usual start).
 2. Item t > 1: the ``randomesque`` most informative unadministered items at the current theta
    (Fisher information, :func:`icml26.atlas.bank.item_information`); one drawn uniformly.
 3. After each answer theta and SE are updated by EAP (N(0, 1) prior, 61 nodes on [-6, 6]; SE =
-   posterior SD, catR's semTheta for EAP). Other estimators ("map", "mle", "wle") rescore the
-   administered items with :func:`icml26.atlas.scoring.estimate_theta`.
+   posterior SD, catR's semTheta for EAP). Other estimators ("map", "mle", "wle") solve their
+   estimating equation on the administered items (:func:`icml26.atlas.scoring.solve`), with the
+   log-likelihood, score, information and Warm's J on the estimation grid kept as running sums
+   (one column added per answer), so a step costs O(grid) plus a few O(items) evaluations.
 4. Stop when >= ``min_items`` were given and SE <= ``se_stop``, or at ``max_items``.
 
 Items with a <= 0 are skipped by default (``exclude_nonpositive_a``): information grows with a^2,
@@ -32,6 +36,8 @@ from icml26.core.errors import UserError
 __all__ = ["AdaptiveTest", "CATResult", "acc_hat"]
 
 ESTIMATORS = ("eap", "map", "mle", "wle")
+STARTS = ("random_b", "max_info")
+GRID_POINTS = 121  # the non-EAP estimators' grid, as estimate_theta's default
 
 
 def acc_hat(bank: ItemBank, items_idx, responses, theta: float) -> float:
@@ -78,6 +84,8 @@ class AdaptiveTest:
     exclude_nonpositive_a : bool -- skip items with a <= 0 (default True)
     allowed : bool array (N,) or None -- restrict selection to these items
     theta0, first_window : start ability and the |b - theta0| window for item 1
+    start : "random_b" (the paper: uniform among |b - theta0| < first_window) or "max_info"
+        (item 1 chosen by the same information rule as the rest, at theta0)
     """
 
     def __init__(
@@ -94,6 +102,7 @@ class AdaptiveTest:
         allowed=None,
         theta0: float = 0.0,
         first_window: float = 0.5,
+        start: str = "random_b",
         quadpts: int = 61,
         theta_lim: tuple[float, float] = (-6.0, 6.0),
     ) -> None:
@@ -105,6 +114,8 @@ class AdaptiveTest:
             )
         if randomesque < 1:
             raise UserError(f"`randomesque` must be >= 1; got {randomesque}")
+        if start not in STARTS:
+            raise UserError(f"`start` must be one of {', '.join(STARTS)}; got {start!r}")
         if estimator not in ESTIMATORS:
             raise UserError(
                 f"`estimator` must be one of {', '.join(ESTIMATORS)}; got {estimator!r}"
@@ -116,7 +127,7 @@ class AdaptiveTest:
             estimator,
         )
         self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        self.theta0, self.first_window = float(theta0), float(first_window)
+        self.theta0, self.first_window, self.start = float(theta0), float(first_window), start
         self.quadpts, self.theta_lim = quadpts, theta_lim
         self.selectable = (
             ~bank.nonpositive_a if exclude_nonpositive_a else np.ones(bank.n_items, bool)
@@ -130,6 +141,9 @@ class AdaptiveTest:
         self._nodes, w = quadrature(quadpts, theta_lim)
         self._log_p, self._log_q = _grid_tables(bank, quadpts, tuple(theta_lim))
         self._logpost = np.log(w)
+        if estimator != "eap":  # running grid sums of log L, l', I and J over the answers
+            self._grid, self._tables = _estimation_tables(bank, tuple(theta_lim))
+            self._sums = {k: np.zeros((1, GRID_POINTS)) for k in ("ll", "score", "info", "J")}
         self.available = self.selectable.copy()
         self.items_idx: list[int] = []
         self.responses: list[int] = []
@@ -151,7 +165,7 @@ class AdaptiveTest:
         if self.done:
             raise RuntimeError("the adaptive test has stopped; read .theta / .se")
         cand = np.flatnonzero(self.available)
-        if not self.items_idx:
+        if not self.items_idx and self.start == "random_b":
             dist = np.abs(self.bank.b[cand] - self.theta0)
             near = cand[dist < self.first_window]
             return int(self.rng.choice(near)) if near.size else int(cand[np.argmin(dist)])
@@ -189,18 +203,22 @@ class AdaptiveTest:
             self.theta = float(w @ self._nodes)
             self.se = float(np.sqrt(max(w @ self._nodes**2 - self.theta**2, 0.0)))
         else:
-            from icml26.atlas.scoring import estimate_theta
+            from icml26.atlas.scoring import objective_target, solve, standard_error
 
-            # only the administered items enter the likelihood: score them on their own
-            # (same estimate as the whole bank with NaN elsewhere, without O(bank) work per step)
-            t, s = estimate_theta(
-                self.bank.subset(self.items_idx),
-                np.asarray(self.responses, dtype=np.float64)[None],
-                self.estimator,
-                quadpts=self.quadpts,
-                theta_lim=self.theta_lim,
-            )
-            self.theta, self.se = float(t[0]), float(s[0])
+            t, sums = self._tables, self._sums
+            sums["ll"][0] += t["log_p"][:, j] if y else t["log_q"][:, j]
+            sums["score"][0] += (t["y_score"][:, j] if y else 0.0) - t["score"][:, j]
+            sums["info"][0] += t["info"][:, j]
+            sums["J"][0] += t["J"][:, j]
+            prior = (0.0, 1.0)
+            obj, f = objective_target(sums, self._grid, self.estimator, prior)
+            idx = np.asarray(self.items_idx)
+            a, d, g = self.bank.a[idx], self.bank.d[idx], self.bank.g[idx]
+            Y = np.asarray(self.responses, dtype=np.float64)[None]
+            obs = np.ones_like(Y, dtype=bool)
+            theta, _ = solve(a, d, g, Y, obs, self.estimator, prior, self._grid, obj, f)
+            se = standard_error(a, d, g, theta, Y, obs, self.estimator, prior)
+            self.theta, self.se = float(theta[0]), float(se[0])
         self.trace.append(
             {"item": self.bank.ids[j], "y": int(y), "theta": self.theta, "se": self.se}
         )
@@ -253,3 +271,22 @@ def _grid_tables(bank: ItemBank, quadpts: int, theta_lim: tuple) -> tuple[np.nda
         _CACHE.clear()
     _CACHE[key] = (bank, log_p, log_q)
     return log_p, log_q
+
+
+_TABLES: dict = {}
+
+
+def _estimation_tables(bank: ItemBank, theta_lim: tuple) -> tuple[np.ndarray, dict]:
+    """The non-EAP estimators' grid (G,) and per-item grid terms (G, N), memoised per bank."""
+    from icml26.atlas.scoring import grid_tables
+
+    key = (id(bank), theta_lim)
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0] is bank:
+        return hit[1], hit[2]
+    grid = np.linspace(theta_lim[0], theta_lim[1], GRID_POINTS)
+    tables = grid_tables(bank.a, bank.d, bank.g, grid)
+    if len(_TABLES) > 4:
+        _TABLES.clear()
+    _TABLES[key] = (bank, grid, tables)
+    return grid, tables

@@ -1,18 +1,22 @@
 """Claim ``atlas``: adaptive tests match whole-bank ability with a few % of the items, beating
 equal-size random subsets (paper, HellaSwag: MAE 0.157 with 41 items vs 0.240 for random-100).
 
-(a) semi-synthetic, the headline: a 3PL bank drawn like the released HellaSwag bank
-(:func:`~icml26.atlas.synth.hellaswag_like_bank`), responses of calibration models with
-theta ~ N(0, 1), a bank *fitted* to that matrix by EM, then test models. The reference is each test
-model's full-bank WLE on the fitted bank (as in the paper). Headline: theta MAE of ATLAS (SE 0.1)
-/ theta MAE of random items matched per model (same k), mean over seeds with min/max; target < 1.
-(b) irtorch's Swedish SAT verbal and quantitative (real humans, 5,000 x 80 each; omitted answers
-missing), small scale only: fixed-length CATs of k = 8/16/24 items against random-k.
+(c) the headline (:mod:`icml26.atlas.claim_llm`): real LMs' examinees (the zoo's models x prompt
+formats x dtypes x layers dropped, x sampling temperatures) on a 400-item pool of real benchmark
+items, one whole model family held out per seed; theta MAE of ATLAS (SE 0.3) / random-k against
+the held-out examinees' full-bank WLE, clustered CI over seeds (bank refits) then examinees.
+(a) a labelled mechanism row: a 3PL bank drawn like the released HellaSwag bank
+(:func:`~icml26.atlas.synth.hellaswag_like_bank`), calibration models theta ~ N(0, 1), a bank
+*fitted* to that matrix by EM, test models scored against their full-bank WLE (3PL-simulated
+responses fitted by a 3PL: "adaptive beats random" can hardly fail here).
+(b) the human-data row: irtorch's Swedish SAT verbal and quantitative (5,000 x 80 each; omitted
+answers missing), small scale only: fixed-length CATs of k = 8/16/24 items against random-k.
 
-Options (``--opt key=value``): ``seeds`` (count), ``items``, ``calib``, ``test``, ``model``,
-``max_iter`` (EM cycles), ``sat`` (0 to skip part (b)), ``llm`` (0 to skip part (c), SmolLM2
-on BIG-bench; with ``llm_items_per_task``, ``llm_sample_seeds``, ``llm_live``, ``llm_model`` =
-a model path), ``linking`` (0 to skip the chunk-linking study), ``chunk`` (items per chunk, 112), ``link_items`` (items in the linking study; small: 1,120).
+Options (``--opt key=value``): ``seeds`` (part (a) calibration resamples), ``items``, ``calib``,
+``test``, ``model``, ``max_iter`` (EM cycles), ``sat`` (0 to skip part (b)), ``linking`` (0 to
+skip the chunk-linking study), ``chunk``, ``link_items``; part (c): ``llm_items`` (pool size),
+``llm_seeds`` (held-out-family rounds), ``llm_sample_seeds``, ``llm_dtypes`` (comma list:
+auto, float32, bfloat16).
 """
 
 from __future__ import annotations
@@ -54,7 +58,6 @@ def _setting(ctx: RunContext) -> dict:
             "seeds": 2,
             "max_iter": 100,
             "sat": 0,
-            "llm": 0,
         },
         small={
             "items": 5600,
@@ -64,7 +67,6 @@ def _setting(ctx: RunContext) -> dict:
             "seeds": 5,
             "max_iter": 300,
             "sat": 1,
-            "llm": 1,
         },
         full={
             "items": 5600,
@@ -74,38 +76,13 @@ def _setting(ctx: RunContext) -> dict:
             "seeds": 5,
             "max_iter": 2000,
             "sat": 1,
-            "llm": 1,
         },
     )
-    base.update(llm_items_per_task=40, llm_sample_seeds=4, llm_live=1, llm_model=None)
-    for k in (
-        "items",
-        "calib",
-        "test",
-        "seeds",
-        "max_iter",
-        "sat",
-        "llm",
-        "llm_items_per_task",
-        "llm_sample_seeds",
-        "llm_live",
-    ):
+    for k in ("items", "calib", "test", "seeds", "max_iter", "sat"):
         if k in o:
             base[k] = int(o[k])
     base["model"] = o.get("model", base["model"])
-    base["llm_model"] = o.get("llm_model", base["llm_model"])
     return base
-
-
-def llm_part_skipped(st: dict, options: dict) -> str | None:
-    """Why part (c) is skipped, or None: it is a default part whose data (BIG-bench) is not on
-    this machine. Asked for (``--opt llm=1``), it runs and fails loudly instead."""
-    from icml26.core.mcq import bigbench_local
-
-    if st["llm"] and "llm" not in options and not bigbench_local():
-        return ("Part (c) not run: it needs BIG-bench, which is not on this machine (PyPI no longer "
-                "serves bigbench-1.0.0; set $ICML26_BIGBENCH to a copy of the tarball and pass --opt llm=1).")
-    return None
 
 
 def _systems(bank, Y, seed, ctx, tick):
@@ -270,74 +247,94 @@ def _headline(res: dict, seed: int = 0, n_boot: int = 2000) -> dict:
     return {"ratio": ratio, "mae": mae, "per_seed": per_seed}
 
 
-def power_checks(h: dict) -> list:
-    """Positive control (random-4k vs random-k) and floor (the prior mean) from the clustered
-    CIs of the systems' theta MAE (lower is better)."""
-    mae = h["mae"]
-    k = "random-k (matched)"
-    compared = ("ATLAS SE 0.1", k, "random-100", "anchor-100 (k-means medoids)")
+def power_checks(mae: dict, null: str, control: str, floor: str, compared) -> list:
+    """Positive control (``control``, 4x as many random items, against ``null``, random-k) and
+    floor (``floor``, no items) from the clustered CIs of the systems' theta MAE (lower is
+    better)."""
     return [
         power.control(
-            CONTROL,
-            mae[CONTROL].value,
-            k,
-            mae[k].value,
-            spread=mae[CONTROL].spread,
-            null_spread=mae[k].spread,
+            control,
+            mae[control].value,
+            null,
+            mae[null].value,
+            spread=mae[control].spread,
+            null_spread=mae[null].spread,
             higher_is_better=False,
             metric="theta MAE",
         ),
         power.floor(
             {n: mae[n].value for n in compared},
-            FLOOR,
-            mae[FLOOR].value,
+            floor,
+            mae[floor].value,
             spreads={n: mae[n].spread for n in compared},
-            floor_spread=mae[FLOOR].spread,
+            floor_spread=mae[floor].spread,
             higher_is_better=False,
             metric="theta MAE",
         ),
     ]
 
 
+def power_checks_a(h: dict) -> list:
+    """Part (a)'s checks (a mechanism row now; kept for its notes and tests)."""
+    k = "random-k (matched)"
+    compared = ("ATLAS SE 0.1", k, "random-100", "anchor-100 (k-means medoids)")
+    return power_checks(h["mae"], k, CONTROL, FLOOR, compared)
+
+
 def run(ctx: RunContext) -> Result:
+    from icml26.atlas import claim_llm as c
     from icml26.atlas.claim_report import figures, linking_rows, sat_rows
 
     st = _setting(ctx)
+    res_c = c.part_c(ctx, st)
+    rows = list(res_c["rows"])
+    notes = list(res_c["notes"])
     res = part_a(ctx, st)
-    rows, h = rows_a(res, st)
-    ratio = h["ratio"]
+    rows_a_, h = rows_a(res, st)
+    for row in rows_a_:
+        row["part"] = "(a) mechanism: 3PL-simulated HellaSwag-like"
+    rows += rows_a_
+    ratio_a = h["ratio"]
     rows.append(
         {
-            "part": "(a) HellaSwag-like",
-            "system": "ATLAS SE 0.1 / random-100 (the paper's comparison, not the headline)",
+            "part": "(a) mechanism: 3PL-simulated HellaSwag-like",
+            "system": "ATLAS SE 0.1 / random-k (mechanism ratio, not the headline)",
+            "theta_mae": round(ratio_a.value, 4),
+            "theta_mae_ci95": [round(ratio_a.low, 4), round(ratio_a.high, 4)],
+        }
+    )
+    rows.append(
+        {
+            "part": "(a) mechanism: 3PL-simulated HellaSwag-like",
+            "system": "ATLAS SE 0.1 / random-100 (the paper's comparison)",
             "theta_mae": round(h["mae"]["ATLAS SE 0.1"].value / h["mae"]["random-100"].value, 4),
         }
     )
     rows += linking_rows(ctx, st, res)
-    notes = [
-        f"(a) semi-synthetic: {st['items']} items drawn like the released HellaSwag bank (10% a<0), "
-        f"{st['calib']} calibration models, {st['test']} test models per seed, theta ~ N(0,1); bank "
-        f"fitted as {st['model']} by EM ({res['bank'].fit['iterations']} cycles, converged="
-        f"{res['bank'].fit['converged']}; {len(res['banks'])} banks in {res['fit_s']:.0f} s), "
-        f"{res['bank'].n_items} items left after dropping constant ones (first bank). One "
-        "calibration resample per seed: each seed draws new calibration models, fits its own "
-        "bank, and redraws test models and CAT randomness.",
-        "Reference theta: full-bank WLE on the fitted bank (the paper's 'ground truth'); theta_mae_true "
-        "is against the generating theta.",
-        "Headline: ATLAS(SE 0.1) theta MAE / random-k theta MAE with k matched per model (ratio "
-        "of the MAEs pooled over seeds), 95% CI from the clustered bootstrap: calibration "
-        "resamples (seeds) first, then test models within them. Per-seed ratios: "
+    checks_a = power_checks_a(h)
+    notes += [
+        f"(a) mechanism row, not the headline: {st['items']} items drawn like the released "
+        f"HellaSwag bank (10% a<0), {st['calib']} calibration models, {st['test']} test models "
+        f"per seed, theta ~ N(0,1); bank fitted as {st['model']} by EM "
+        f"({res['bank'].fit['iterations']} cycles, converged={res['bank'].fit['converged']}; "
+        f"{len(res['banks'])} banks in {res['fit_s']:.0f} s), {res['bank'].n_items} items left "
+        "after dropping constant ones (first bank); each seed draws new calibration models and "
+        "fits its own bank. Reference: full-bank WLE on the fitted bank. ATLAS(SE 0.1) / "
+        f"random-k = {ratio_a.value:.3f} [{ratio_a.low:.3f}, {ratio_a.high:.3f}]; per seed "
         + ", ".join(f"{r:.3f}" for r in h["per_seed"])
+        + ". Its power checks: "
+        + "; ".join(f"{x.kind} {'passes' if x.passed else 'fails'}" for x in checks_a)
         + ".",
-        "The paper's 0.157 / 0.240 compares ATLAS with random-100, another quantity than this "
+        "The paper's 0.157 / 0.240 compares ATLAS with random-100, another quantity than the "
         "headline (random-k, the same number of items), so the claim has no paper value on the "
-        "headline's scale; the ATLAS / random-100 row gives ours for that comparison.",
-        f"Power: positive control {CONTROL} (4x ATLAS's item count per model, random) against "
-        f"random-k; floor {FLOOR} (theta 0 for every model, no items).",
+        "headline's scale; part (a)'s ATLAS / random-100 row gives ours for that comparison.",
+        f"Power (on the headline, part (c)): positive control {c.CONTROL} (4x ATLAS's item count "
+        f"per examinee, random) against {c.RANDOM_K}; floor {c.FLOOR} (every held-out examinee "
+        "gets the calibration population's mean theta, no items).",
     ]
     b = [p["_bank"] for p in res["per_seed"]]
     notes.append(
-        f"Rank shifts (full-bank WLE vs accuracy, >10 places): "
+        f"(a) rank shifts (full-bank WLE vs accuracy, >10 places): "
         f"{np.mean([x['rank_shift_ref'] for x in b]):.1%} of test models; equal-accuracy pairs "
         f"with |dtheta| > 2 SE: {np.nanmean([x['eq_split'] for x in b]):.1%} of "
         f"{np.mean([x['eq_pairs'] for x in b]):.0f} pairs (paper: 23-31% move > 10 ranks)."
@@ -346,22 +343,13 @@ def run(ctx: RunContext) -> Result:
         sat, sat_notes = sat_rows(ctx, st)
         rows += sat
         notes += sat_notes
-    figs = figures(ctx, res, st)
-    skip = llm_part_skipped(st, ctx.options)
-    if skip:
-        st["llm"] = 0
-        notes.append(skip)
-    if st["llm"]:
-        from icml26.atlas.claim_llm import part_c
-
-        c_rows, c_notes, c_res = part_c(ctx, st)
-        rows += c_rows
-        notes += c_notes
-        figs.append(c_res["figure"])
+    figs = [res_c["figure"], *figures(ctx, res, st)]
+    ratio = res_c["ratio"]
+    compared = (c.HEADLINE, c.RANDOM_K, "ATLAS SE 0.2")
     return Result(
         rows=rows,
         headline=Measure(
-            "theta MAE ATLAS(SE 0.1) / random-k",
+            f"theta MAE {c.HEADLINE} / random-k, held-out model family",
             float(ratio.value),
             "x",
             ratio.spread,
@@ -370,5 +358,5 @@ def run(ctx: RunContext) -> Result:
         target=TARGET,
         notes=notes,
         figures=figs,
-        power=power_checks(h),
+        power=power_checks(res_c["ci"], c.RANDOM_K, c.CONTROL, c.FLOOR, compared),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from icml26.atlas.bank import ItemBank
-from icml26.atlas.calibrate import EMConfig, calibrate
+from icml26.atlas.calibrate import G_PRIOR_3PL, EMConfig, calibrate
 from icml26.atlas.data import Responses, clean
 from icml26.atlas.experiment import score_subsets
 from icml26.atlas.linking import assemble, calibrate_chunked
@@ -20,9 +20,22 @@ def _rmse(x, y):
     return float(np.sqrt(np.mean((np.asarray(x) - np.asarray(y)) ** 2)))
 
 
+A_BOUND_SHARE = 0.9  # a fitted |a| above 0.9 a_max counts as "at the bound"
+
+
+def off_bound(bank: ItemBank, true: ItemBank, a_max: float = 30.0) -> np.ndarray:
+    """Items away from the bounds (N,) bool: fitted |a| under 0.9 a_max and a generating b
+    inside [-4, 4] (items far outside the ability range are nearly constant and not identified)."""
+    idx = true.index(bank.ids)
+    with np.errstate(invalid="ignore"):
+        return (np.abs(bank.a) < A_BOUND_SHARE * a_max) & (np.abs(true.b[idx]) <= 4)
+
+
 def _param_row(name, bank: ItemBank, true: ItemBank, extra=None):
     idx = true.index(bank.ids)
     pos = true.a[idx] > 0
+    ok = off_bound(bank, true)
+    neg = true.a[idx] < 0
     row = {
         "part": "(a) parameter recovery",
         "system": name,
@@ -32,6 +45,13 @@ def _param_row(name, bank: ItemBank, true: ItemBank, extra=None):
         "rmse_P (theta grid)": round(
             _rmse(bank.prob(np.linspace(-3, 3, 25)), true.prob(np.linspace(-3, 3, 25))[:, idx]), 4
         ),
+        "items off bounds": int(ok.sum()),
+        "rmse_a (off bounds)": round(_rmse(bank.a[ok], true.a[idx][ok]), 4),
+        "rmse_b (off bounds, a>0)": round(
+            _rmse(np.clip(bank.b[ok & pos], -20, 20), true.b[idx][ok & pos]), 4
+        ),
+        "rmse_g (off bounds)": round(_rmse(bank.g[ok], true.g[idx][ok]), 4),
+        "negative slopes kept negative": f"{int(np.sum(neg & (bank.a < 0)))}/{int(neg.sum())}",
     }
     row.update(extra or {})
     return row
@@ -61,7 +81,11 @@ def linking_rows(ctx: RunContext, st: dict, res: dict) -> list[dict]:
                 {"chunks": 1},
             )
         ]
-    cfg = EMConfig(model=st["model"], max_iter=st["max_iter"])
+    cfg = EMConfig(  # the prior calibrate() gives the concurrent bank
+        model=st["model"],
+        max_iter=st["max_iter"],
+        g_prior=G_PRIOR_3PL if st["model"] == "3PL" else None,
+    )
     _, fits = calibrate_chunked(cleaned, cfg, chunk, progress=ctx.progress, return_chunks=True)
     for formula in ("correct", "official", "none"):
         linked = assemble(cleaned.items, fits, formula, st["model"])

@@ -40,11 +40,19 @@ def calibrate_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Allow fewer examinees than the model needs.")
     ] = False,
+    g_prior: Annotated[
+        str,
+        typer.Option(
+            help="3PL: Beta prior on g as ALPHA,BETA; 'default' (Beta(5,17)) or 'none' (plain ML)."
+        ),
+    ] = "default",
 ) -> None:
-    """Fit a 1PL/2PL/3PL item bank by marginal ML (EM) and write it as JSON."""
+    """Fit a 1PL/2PL/3PL item bank by marginal ML (EM) and write it as JSON (or mirt's CSV
+    layout when OUT ends in .csv)."""
     from icml26.atlas.calibrate import calibrate
     from icml26.atlas.data import load_responses
 
+    prior = _g_prior(g_prior)
     R = load_responses(responses)
     bank = calibrate(
         R,
@@ -55,8 +63,12 @@ def calibrate_cmd(
         chunk=chunk,
         drop_constant_models=not keep_constant_models,
         force=force,
+        g_prior=prior,
     )
-    bank.save(out)
+    if out.suffix.lower() == ".csv":
+        bank.to_mirt_csv(out)
+    else:
+        bank.save(out)
     fit = bank.fit
     typer.echo(
         f"{out}: {bank.n_items} items ({bank.model}), {fit.get('n_models')} models, "
@@ -64,12 +76,60 @@ def calibrate_cmd(
         f"{int(bank.nonpositive_a.sum())} items flagged a<=0, converged={fit.get('converged')} "
         f"after {fit.get('iterations')} EM cycles"
     )
+    for kind in ("items", "models"):
+        if bank.excluded[kind]:
+            typer.echo(f"dropped {kind}: " + _named(bank.excluded[kind]))
+    if out.suffix.lower() == ".csv" and (bank.excluded["items"] or bank.excluded["models"]):
+        typer.echo(
+            "(the CSV layout keeps parameters only: the dropped items are not recorded in it)"
+        )
+
+
+def _named(entries: list[dict], limit: int = 20) -> str:
+    """``q7 (constant: all correct), q9 (no responses), … and 4 more``."""
+    shown = ", ".join(f"{e['id']} ({e['reason']})" for e in entries[:limit])
+    return shown + (f", … and {len(entries) - limit} more" if len(entries) > limit else "")
+
+
+def _g_prior(text: str):
+    t = text.strip().lower()
+    if t in ("default", "none"):
+        return "default" if t == "default" else None
+    try:
+        al, be = (float(v) for v in t.split(","))
+    except ValueError:
+        raise typer.BadParameter(
+            f"--g-prior: expected ALPHA,BETA, 'default' or 'none'; got {text!r}"
+        ) from None
+    return (al, be)
+
+
+def _load_bank(path: Path):
+    from icml26.atlas.bank import ItemBank
+
+    return ItemBank.from_mirt_csv(path) if path.suffix.lower() == ".csv" else ItemBank.load(path)
+
+
+def _aligned(bank, R):
+    """R's answers on the bank's columns; echo the items the bank dropped at calibration."""
+    full, dropped = bank.align(R.items, R.matrix)
+    if dropped:
+        shown = ", ".join(dropped[:10]) + (
+            f", … and {len(dropped) - 10} more" if len(dropped) > 10 else ""
+        )
+        typer.echo(
+            f"note: {len(dropped)} item(s) of {R.source} were dropped from the bank at "
+            f"calibration and are not used: {shown}",
+            err=True,
+        )
+    return full
 
 
 @app.command("test")
 def test_cmd(
     bank_path: Annotated[
-        Path, typer.Option("--bank", help="Bank JSON from `icml26 atlas calibrate`.")
+        Path,
+        typer.Option("--bank", help="Bank JSON from `icml26 atlas calibrate`, or a mirt CSV."),
     ],
     responses: Annotated[
         Path,
@@ -89,6 +149,13 @@ def test_cmd(
         bool, typer.Option(help="Also select items with a <= 0.")
     ] = False,
     seed: Annotated[int, typer.Option(help="Model i uses seed + i.")] = 123,
+    start: Annotated[
+        str,
+        typer.Option(
+            help="First item: random_b (the paper: random among |b| < 0.5) or max_info "
+            "(most informative at theta 0)."
+        ),
+    ] = "random_b",
     trace: Annotated[Path | None, typer.Option(help="Write every step as JSON lines here.")] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the results as JSON here.")
@@ -100,18 +167,13 @@ def test_cmd(
 ) -> None:
     """Run an adaptive test per model, answering from its recorded responses; print theta, SE,
     items used and the reconstructed accuracy."""
-    import numpy as np
-
-    from icml26.atlas.bank import ItemBank
     from icml26.atlas.data import load_responses
     from icml26.atlas.parallel import run_tests
     from icml26.core.io import atomic_open, atomic_write_json
 
-    bank = ItemBank.load(bank_path)
+    bank = _load_bank(bank_path)
     R = load_responses(responses)
-    cols = bank.index(R.items)  # unknown items: error listing the first five
-    answers = np.full((len(R.models), bank.n_items), np.nan)
-    answers[:, cols] = R.matrix
+    answers = _aligned(bank, R)  # unknown items: error listing the first five
     rows = run_tests(
         bank,
         answers,
@@ -123,6 +185,7 @@ def test_cmd(
         randomesque=randomesque,
         estimator=estimator,
         exclude_nonpositive_a=not keep_nonpositive_a,
+        start=start,
     )
     results = []
     for name, res in zip(R.models, rows, strict=True):
@@ -144,26 +207,77 @@ def test_cmd(
 
 @app.command("score")
 def score_cmd(
-    bank_path: Annotated[Path, typer.Option("--bank", help="Bank JSON.")],
+    bank_path: Annotated[Path, typer.Option("--bank", help="Bank JSON, or a mirt CSV.")],
     responses: Annotated[
         Path, typer.Option("--responses", help="Answers to score (any subset of the bank's items).")
     ],
     method: Annotated[str, typer.Option(help="eap, map, mle or wle.")] = "wle",
 ) -> None:
     """Ability of each model from all its answers with fixed item parameters (no adaptivity)."""
-    import numpy as np
-
-    from icml26.atlas.bank import ItemBank
     from icml26.atlas.data import load_responses
     from icml26.atlas.scoring import estimate_theta
 
-    bank = ItemBank.load(bank_path)
+    bank = _load_bank(bank_path)
     R = load_responses(responses)
-    full = np.full((len(R.models), bank.n_items), np.nan)
-    full[:, bank.index(R.items)] = R.matrix
+    full = _aligned(bank, R)
     theta, se, flag = estimate_theta(bank, full, method, return_flags=True)
     for name, t, s, f in zip(R.models, theta, se, flag, strict=True):
         typer.echo(f"{name}\ttheta {t:+.3f}\tSE {s:.3f}" + ("\t(at bound)" if f else ""))
+
+
+@app.command("from-lm-eval")
+def from_lm_eval_cmd(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="samples_<task>_*.jsonl files or folders (lm-eval --log_samples)."),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Long table to write (.csv or .parquet).")
+    ] = Path("responses.csv"),
+    metric: Annotated[str, typer.Option(help="The 0/1 metric field: acc, acc_norm, …")] = "acc",
+    filter_name: Annotated[
+        str | None,
+        typer.Option("--filter", help="Answer filter to keep when a file logs several."),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model id for every file (default: each file's folder).")
+    ] = None,
+) -> None:
+    """Turn lm-eval per-sample logs into the model,item,correct table `calibrate` reads."""
+    import numpy as np
+
+    from icml26.atlas.readers import read_lm_eval_samples, write_long
+
+    R = read_lm_eval_samples(paths, metric, model=model, filter=filter_name)
+    write_long(out, R)
+    typer.echo(
+        f"{out}: {len(R.models)} model(s) x {len(R.items)} items, "
+        f"{int((~np.isnan(R.matrix)).sum())} answers ({metric})"
+    )
+
+
+@app.command("convert")
+def convert_cmd(
+    src: Annotated[Path, typer.Argument(help="Bank JSON, mirt CSV, or a released ATLAS CSV.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Bank to write: .json or .csv (mirt).")],
+    atlas: Annotated[
+        bool,
+        typer.Option(
+            "--atlas", help="SRC is a released ATLAS item-parameter CSV (ids X<k> -> <k>, 3PL)."
+        ),
+    ] = False,
+) -> None:
+    """Convert an item bank between this package's JSON and mirt's coef() CSV layout."""
+    from icml26.atlas.bank import ItemBank
+
+    bank = ItemBank.from_atlas_csv(src) if atlas else _load_bank(src)
+    if out.suffix.lower() == ".csv":
+        bank.to_mirt_csv(out)
+    elif out.suffix.lower() == ".json":
+        bank.save(out)
+    else:
+        raise typer.BadParameter(f"--out {out}: expected a .json or .csv file")
+    typer.echo(f"{out}: {bank.n_items} items ({bank.model})")
 
 
 def _csv_list(value: str, cast, name: str) -> list:
@@ -194,7 +308,12 @@ def responses_cmd(
     model: Annotated[str | None, typer.Option(help="HF folder or .gguf (default SmolLM2).")] = None,
     name: Annotated[str, typer.Option(help="Model name written in the table.")] = "",
     device: Annotated[str, typer.Option(help="torch device.")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="torch dtype; auto: bf16 on CUDA and on CPUs with native bf16, else float32.")] = "auto",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="torch dtype; auto: bf16 on CUDA and on CPUs with native bf16, else float32."
+        ),
+    ] = "auto",
     max_items: Annotated[int | None, typer.Option(help="Seeded subset per task.")] = None,
     formats: Annotated[str, typer.Option(help="logprob and/or letter.")] = "logprob",
     drops: Annotated[
@@ -212,10 +331,10 @@ def responses_cmd(
         response_matrix,
         to_long,
     )
-    from icml26.core.io import atomic_open
-    from icml26.core.lm import load_lm
     from icml26.core import evalsets
     from icml26.core.evalsets import load_named
+    from icml26.core.io import atomic_open
+    from icml26.core.lm import load_lm
     from icml26.core.mcq import bigbench_local, bigbench_tasks
 
     if list_tasks:
