@@ -69,18 +69,26 @@ def test_tiny_claim(tmp_path):
 
     rec = run_claim(claims_index.get("chemcensor"), scale="tiny", out_root=tmp_path)
     assert rec["verdict"] != "error", rec.get("error")
+    assert "(b) valid alternative vs (d) implausible" in rec["headline"]["name"]
     checks = {c["kind"]: c for c in rec["power"]["checks"]}
     assert sorted(checks) == ["control", "degeneracy", "floor"]
     assert all(c["passed"] in (True, False, None) for c in checks.values())
-    # the control compares gold with corrupted candidates against a random score that is a row
+    # the control: the template oracle separates (b) from (d) beyond a random score (a row)
     ctrl = checks["control"]
-    assert ctrl["systems"] == ["ChemCensor (template maps)", "random score (uniform)"]
+    assert ctrl["systems"] == ["template oracle (knows the generator)", "random score (uniform)"]
     assert abs(ctrl["values"]["random score (uniform)"] - 0.5) < 0.25
-    assert ctrl["values"]["ChemCensor (template maps)"] > 0.9
+    assert ctrl["values"]["template oracle (knows the generator)"] == 1.0
     assert checks["degeneracy"]["values"]["differing"] > 0  # (b) candidates: level >= 1, exact 0
     rows = {r["system"]: r for r in rec["rows"]}
     exact = rows["exact-match Top-1"]
     assert exact["mean score (b)"] == 0.0 and exact["mean score (a)"] == 1.0
+    assert exact["AUROC (b) vs (d)"] == 0.5  # it scores (b) and (d) alike: 0
+    # validity + balance cannot tell (b) from (d) either: every one is a valid, balanced reaction
+    assert rows["RDKit validity + balance"]["AUROC (b) vs (d)"] == 0.5
     cc = rows["ChemCensor (template maps)"]
     assert cc["mean score (c)"] < 0 < cc["mean score (a)"]
+    assert cc["AUROC {a,b} vs {c,d}"] > cc["AUROC (b) vs (d)"]  # (c) inflates the old headline
+    assert abs(rec["headline"]["value"] - cc["AUROC (b) vs (d)"]) < 1e-3
+    fg = rows["forbidden-FG (d): who catches them (seed 0)"]
+    assert fg["DB rule"] == "lofo" and fg["n"] > 0
     assert (tmp_path / "chemcensor" / "tiny.json").exists()

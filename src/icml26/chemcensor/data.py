@@ -24,7 +24,7 @@ from rdkit import Chem, RDConfig
 from rdkit.Chem import AllChem
 
 from icml26.chemcensor.reaction import ProcessingError, process_mapped
-from icml26.chemcensor.templates import TEMPLATES, Template, apply_template, qualifies
+from icml26.chemcensor.templates import RULES, TEMPLATES, Template, apply_template, qualifies
 
 __all__ = [
     "BUILDING_BLOCKS",
@@ -143,13 +143,17 @@ _CONVERSIONS = tuple(
 @dataclass(frozen=True)
 class GenReaction:
     """One generated reaction: ``template`` name, its ``family``, the atom-mapped ``mapped`` SMILES,
-    the canonical map-free ``reactants`` (sorted) and ``product``."""
+    the canonical map-free ``reactants`` (sorted) and ``product``. ``hand_ok`` / ``lofo_ok``: every
+    reactant passes its role's exclusions under the ``hand`` / ``lofo`` rule
+    (:func:`icml26.chemcensor.templates.qualifies`)."""
 
     template: str
     family: str
     mapped: str
     reactants: tuple[str, ...]
     product: str
+    hand_ok: bool = True
+    lofo_ok: bool = True
 
     @property
     def rxn(self) -> str:
@@ -215,9 +219,12 @@ def molecule_pool(max_heavy: int = 35, limit: int | None = None, seed: int = 0) 
     return out[:limit] if limit else out
 
 
-def _record(t: Template, mapped: str) -> GenReaction:
+def _record(t: Template, mapped: str, rs: list[Chem.Mol] | None = None) -> GenReaction:
     reactants, prod = unmapped(mapped)
-    return GenReaction(t.name, t.family, mapped, reactants, prod)
+    if rs is None:
+        return GenReaction(t.name, t.family, mapped, reactants, prod)
+    ok = {r: all(qualifies(t, i, m, r) for i, m in enumerate(rs)) for r in ("hand", "lofo")}
+    return GenReaction(t.name, t.family, mapped, reactants, prod, ok["hand"], ok["lofo"])
 
 
 def generate(
@@ -227,18 +234,25 @@ def generate(
     *,
     seed: int = 0,
     forbidden: bool = False,
+    rule: str = "hand",
     progress=None,
 ) -> list[GenReaction]:
     """Up to ``n`` distinct reactions, templates taken round-robin; a molecule from ``mols`` takes
-    one role, building blocks the others. ``forbidden``: the main molecule matches its role but
-    carries an excluded FG (the reaction is implausible by construction)."""
+    one role, building blocks the others, each qualifying under ``rule`` (``hand``: the template's
+    own exclusions; ``lofo``: the other families' exclusions, see
+    :func:`icml26.chemcensor.templates.lofo_exclusions`). ``forbidden``: the main molecule matches
+    its role but carries an FG that the template's own (``hand``) exclusions forbid, partners
+    qualify under ``hand`` (the reaction is implausible by the chemistry the labels follow)."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
+    part_rule = "hand" if forbidden else rule
     rng = random.Random(seed)
     blocks = [Chem.MolFromSmiles(s) for s in BUILDING_BLOCKS]
     queues = []
     for t in templates:
         nroles = t.rxn.GetNumReactantTemplates()
         for role in range(nroles):
-            partners = [[b for b in blocks if qualifies(t, r, b)] for r in range(nroles)]
+            partners = [[b for b in blocks if qualifies(t, r, b, part_rule)] for r in range(nroles)]
             if any(not partners[r] for r in range(nroles) if r != role):
                 continue
             main = []
@@ -248,7 +262,7 @@ def generate(
                         m.GetSubstructMatches(t.role_patterns[role], maxMatches=2)
                     ) == 1 and not qualifies(t, role, m)
                 else:
-                    ok = qualifies(t, role, m)
+                    ok = qualifies(t, role, m, rule)
                 if ok:
                     main.append(m)
             rng.shuffle(main)
@@ -264,10 +278,10 @@ def generate(
                 continue
             m = main.pop()
             rs = [m if r == role else rng.choice(partners[r]) for r in range(len(partners))]
-            res = apply_template(t, rs, check=not forbidden)
+            res = apply_template(t, rs, check=False)
             if not res:
                 continue
-            g = _record(t, res[0])
+            g = _record(t, res[0], rs)
             if g.rxn in seen or g.product in g.reactants:
                 continue
             try:  # keep only reactions the pipeline accepts (e.g. a product with carbon)

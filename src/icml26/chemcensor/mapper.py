@@ -64,8 +64,18 @@ def install_rxnmapper(site: Path | None = None) -> Path:
     stamp = site / ".icml26-pins"
     if stamp.is_file() and stamp.read_text() == "\n".join(MAPPER_PINS):
         return site  # already installed with these pins
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade",
-           "--target", str(site), *MAPPER_PINS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--upgrade",
+        "--target",
+        str(site),
+        *MAPPER_PINS,
+    ]
     subprocess.run(cmd, check=True)
     stamp.write_text("\n".join(MAPPER_PINS))
     return site
@@ -139,8 +149,11 @@ class RXNMapperWorker:
         n = str(threads or os.environ.get("ICML26_THREADS") or 1)
         env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
         # loading RXNMapper's model takes a while and prints nothing: say what is happening
-        print(f"chemcensor: starting the RXNMapper worker ({self.site}; its model loads first)...",
-              file=sys.stderr, flush=True)
+        print(
+            f"chemcensor: starting the RXNMapper worker ({self.site}; its model loads first)...",
+            file=sys.stderr,
+            flush=True,
+        )
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _WORKER_CODE],
             stdin=subprocess.PIPE,

@@ -1,7 +1,11 @@
 """The processing pipeline: from a mapped ``reactants>>product`` SMILES to a checked reaction.
 
 Stages (official order; the balance check is ours), each failing with :class:`ProcessingError`
-(stage, reason), which the scorer turns into level -1:
+(stage, reason), which the scorer turns into level -1. Each stage after ``split_reaction`` is a
+function (:func:`validate_molecules`, :func:`check_product_maps`, :func:`remove_orphans`,
+:func:`check_balance`, :func:`reacting_atoms`, :func:`check_skeleton`,
+:func:`canonical_reaction`, :func:`count_sis`, :func:`check_static_stereo`,
+:func:`sear_signature`); :func:`process_mapped` composes them:
 
 ``validator``      length, ``>`` syntax, no dative/coordinate bonds, >= 1 carbon in the product,
                    exactly one product molecule, RDKit sanitisation of every molecule;
@@ -25,7 +29,24 @@ from rdkit import Chem, RDLogger
 
 RDLogger.DisableLog("rdApp.*")
 
-__all__ = ["ProcessingError", "Processed", "split_reaction", "parse_side", "process_mapped"]
+__all__ = [
+    "ProcessingError",
+    "Processed",
+    "split_reaction",
+    "parse_side",
+    "validate_molecules",
+    "check_product_maps",
+    "remove_orphans",
+    "check_balance",
+    "leaving_atoms",
+    "reacting_atoms",
+    "check_skeleton",
+    "canonical_reaction",
+    "count_sis",
+    "check_static_stereo",
+    "sear_signature",
+    "process_mapped",
+]
 
 MAX_SMILES_LEN = 1000  # characters; RXNMapper itself refuses > 512 tokens
 
@@ -146,8 +167,9 @@ def _double_bond_stereo(mol: Chem.Mol) -> dict[frozenset[int], bool]:
     return out
 
 
-def _sear_signature(reactants: Chem.Mol, product: Chem.Mol, rmap: dict[int, int], reacting) -> str:
-    """Ring positions (o/m/p) of the other substituents around an aromatic C-H that was substituted."""
+def sear_signature(reactants: Chem.Mol, product: Chem.Mol, rmap: dict[int, int], reacting) -> str:
+    """``sear`` stage: ring positions (o/m/p) of the other substituents around an aromatic C-H that
+    was substituted (SEAr), as ``"SEAr:..."``; ``""`` when no aromatic C-H was substituted."""
     sigs = []
     ring_info = product.GetRingInfo()
     for p in product.GetAtoms():
@@ -173,39 +195,59 @@ def _sear_signature(reactants: Chem.Mol, product: Chem.Mol, rmap: dict[int, int]
     return ("SEAr:" + ",".join(sorted(sigs))) if sigs else ""
 
 
-def process_mapped(
-    reac_smiles: str, prod_smiles: str, agents: str = "", *, max_tetra: int = 2, max_ez: int = 1
-) -> Processed:
-    """Run the stages after mapping on an atom-mapped reaction. Raises :class:`ProcessingError`."""
-    reactants_all = parse_side(reac_smiles, "reactants")
+def validate_molecules(reac_smiles: str, prod_smiles: str) -> tuple[Chem.Mol, Chem.Mol]:
+    """``validator`` stage: both sides parse and sanitise, the product is one molecule with a
+    carbon atom. Returns ``(reactants, product)`` (the reactants as one, maybe disconnected, mol)."""
+    reactants = parse_side(reac_smiles, "reactants")
     product = parse_side(prod_smiles, "product")
     if len(Chem.GetMolFrags(product)) != 1:
         raise ProcessingError("validator", "the product must be one molecule")
     if not any(a.GetAtomicNum() == 6 for a in product.GetAtoms()):
         raise ProcessingError("validator", "the product has no carbon atom")
+    return reactants, product
+
+
+def check_product_maps(product: Chem.Mol) -> list[int]:
+    """``mapping`` stage: every product atom carries a distinct atom-map number; returns them."""
     pmaps = [a.GetAtomMapNum() for a in product.GetAtoms()]
     if any(m == 0 for m in pmaps):
         raise ProcessingError("mapping", "product atoms without atom-map numbers")
     if len(set(pmaps)) != len(pmaps):
         raise ProcessingError("mapping", "duplicate atom-map numbers in the product")
-    # orphan remover: reactant molecules with no atom in the product become agents
+    return pmaps
+
+
+def remove_orphans(
+    reactants: Chem.Mol, product_maps: list[int], agents: str = ""
+) -> tuple[Chem.Mol, list[str]]:
+    """``orphan`` stage: reactant molecules with no atom in the product become agents.
+
+    Returns the contributing reactants (one mol) and the agent SMILES (``agents`` first). Raises
+    ``orphan`` when nothing contributes, ``mapping`` on duplicate reactant map numbers."""
+    pset = set(product_maps)
     agent_list = [s for s in agents.split(".") if s]
     kept = []
-    for frag in Chem.GetMolFrags(reactants_all, asMols=True, sanitizeFrags=False):
-        if any(a.GetAtomMapNum() in set(pmaps) for a in frag.GetAtoms()):
+    for frag in Chem.GetMolFrags(reactants, asMols=True, sanitizeFrags=False):
+        if any(a.GetAtomMapNum() in pset for a in frag.GetAtoms()):
             kept.append(frag)
         else:
             agent_list.append(_strip(frag))
     if not kept:
         raise ProcessingError("orphan", "no reactant contributes an atom to the product")
-    reactants = kept[0]
+    out = kept[0]
     for frag in kept[1:]:
-        reactants = Chem.CombineMols(reactants, frag)
-    rmaps = [a.GetAtomMapNum() for a in reactants.GetAtoms() if a.GetAtomMapNum()]
+        out = Chem.CombineMols(out, frag)
+    rmaps = [a.GetAtomMapNum() for a in out.GetAtoms() if a.GetAtomMapNum()]
     if len(set(rmaps)) != len(rmaps):
         raise ProcessingError("mapping", "duplicate atom-map numbers among the reactants")
+    return out, agent_list
+
+
+def check_balance(reactants: Chem.Mol, product: Chem.Mol) -> dict[int, int]:
+    """``balance`` stage (ours): each product atom maps to a reactant atom of the same element.
+
+    Returns ``{map number: reactant atom index}`` for the mapped reactant atoms."""
     rmap = {a.GetAtomMapNum(): a.GetIdx() for a in reactants.GetAtoms() if a.GetAtomMapNum()}
-    # balance: each product atom comes from a same-element reactant atom
     for p in product.GetAtoms():
         r = rmap.get(p.GetAtomMapNum())
         if r is None:
@@ -217,15 +259,26 @@ def process_mapped(
                 "balance",
                 f"atom map {p.GetAtomMapNum()}: {reactants.GetAtomWithIdx(r).GetSymbol()} -> {p.GetSymbol()}",
             )
-    pset = set(pmaps)
-    leaving = {
+    return rmap
+
+
+def leaving_atoms(reactants: Chem.Mol, product: Chem.Mol) -> dict[int, str]:
+    """Reactant atoms (index -> element) whose map number is not in the product."""
+    pset = {a.GetAtomMapNum() for a in product.GetAtoms()}
+    return {
         a.GetIdx(): a.GetSymbol() for a in reactants.GetAtoms() if a.GetAtomMapNum() not in pset
     }
-    # transform: atoms whose environment changes
-    pidx = {a.GetAtomMapNum(): a.GetIdx() for a in product.GetAtoms()}
+
+
+def reacting_atoms(
+    reactants: Chem.Mol, product: Chem.Mol, rmap: dict[int, int], leaving: dict[int, str]
+) -> set[int]:
+    """``transform`` stage: map numbers of product atoms whose charge, H count, aromaticity or
+    neighbour table (neighbour map numbers and bond orders; leaving atoms by element) changes."""
     reacting = set()
-    for m, pi in pidx.items():
-        p, r = product.GetAtomWithIdx(pi), reactants.GetAtomWithIdx(rmap[m])
+    for p in product.GetAtoms():
+        m, pi = p.GetAtomMapNum(), p.GetIdx()
+        r = reactants.GetAtomWithIdx(rmap[m])
         if (
             p.GetFormalCharge() != r.GetFormalCharge()
             or p.GetTotalNumHs() != r.GetTotalNumHs()
@@ -233,7 +286,12 @@ def process_mapped(
             or _neighbour_table(product, pi, {}) != _neighbour_table(reactants, rmap[m], leaving)
         ):
             reacting.add(m)
-    # skeleton: a pure-carbon fragment lost across a broken C-C bond
+    return reacting
+
+
+def check_skeleton(reactants: Chem.Mol, leaving: dict[int, str]) -> None:
+    """``skeleton`` stage: no pure-carbon fragment may be lost across a broken C-C bond (a single
+    carbon lost across a double bond, =CH2 cleavage, is exempt)."""
     for b in reactants.GetBonds():
         a1, a2 = b.GetBeginAtom(), b.GetEndAtom()
         for kept_atom, lost in ((a1, a2), (a2, a1)):
@@ -254,28 +312,69 @@ def process_mapped(
                     "skeleton",
                     f"pure-carbon fragment of {len(comp)} atom(s) lost across a C-C bond",
                 )
-    canonical = canonical_reaction(reactants, product)
-    # SIS: unspecified -> specified stereo
-    n_tetra = 0
-    for m, pi in pidx.items():
-        p, r = product.GetAtomWithIdx(pi), reactants.GetAtomWithIdx(rmap[m])
-        spec = (Chem.ChiralType.CHI_TETRAHEDRAL_CW, Chem.ChiralType.CHI_TETRAHEDRAL_CCW)
-        if p.GetChiralTag() in spec and r.GetChiralTag() not in spec:
-            n_tetra += 1
+
+
+_SPECIFIED = (Chem.ChiralType.CHI_TETRAHEDRAL_CW, Chem.ChiralType.CHI_TETRAHEDRAL_CCW)
+
+
+def count_sis(
+    reactants: Chem.Mol,
+    product: Chem.Mol,
+    rmap: dict[int, int],
+    *,
+    max_tetra: int = 2,
+    max_ez: int = 1,
+) -> tuple[int, int]:
+    """``sis`` stage: ``(tetrahedral, E/Z)`` counts of "unspecified -> specified" stereo
+    resolutions; more than ``max_tetra`` / ``max_ez`` in one step fails."""
+    n_tetra = sum(
+        1
+        for p in product.GetAtoms()
+        if p.GetChiralTag() in _SPECIFIED
+        and reactants.GetAtomWithIdx(rmap[p.GetAtomMapNum()]).GetChiralTag() not in _SPECIFIED
+    )
     pdb, rdb = _double_bond_stereo(product), _double_bond_stereo(reactants)
     n_ez = sum(1 for k, s in pdb.items() if s and not rdb.get(k, False))
     if n_tetra > max_tetra or n_ez > max_ez:
         raise ProcessingError(
             "sis", f"{n_tetra} tetrahedral / {n_ez} E/Z stereo resolutions in one step"
         )
-    # static stereo: a non-reacting specified centre keeps its parity
-    for m, pi in pidx.items():
+    return n_tetra, n_ez
+
+
+def check_static_stereo(
+    reactants: Chem.Mol, product: Chem.Mol, rmap: dict[int, int], reacting: set[int]
+) -> None:
+    """``static_stereo`` stage: a specified stereocentre that does not react keeps its parity
+    (read against neighbours sorted by map number)."""
+    for p in product.GetAtoms():
+        m = p.GetAtomMapNum()
         if m in reacting:
             continue
-        pp, rp = _parity(product.GetAtomWithIdx(pi)), _parity(reactants.GetAtomWithIdx(rmap[m]))
+        pp, rp = _parity(p), _parity(reactants.GetAtomWithIdx(rmap[m]))
         if pp is not None and rp is not None and pp != rp:
             raise ProcessingError("static_stereo", f"atom map {m} inverts without reacting")
-    sear = _sear_signature(reactants, product, rmap, reacting)
+
+
+def process_mapped(
+    reac_smiles: str, prod_smiles: str, agents: str = "", *, max_tetra: int = 2, max_ez: int = 1
+) -> Processed:
+    """Run the stages after mapping on an atom-mapped reaction. Raises :class:`ProcessingError`.
+
+    The composition of the stage functions above, in the official order; a reaction in which
+    nothing changes (no reacting atom, no stereo resolution) fails at ``transform`` last, after
+    the stereo checks, so that an inversion without reaction is reported as ``static_stereo``."""
+    reactants_all, product = validate_molecules(reac_smiles, prod_smiles)
+    pmaps = check_product_maps(product)
+    reactants, agent_list = remove_orphans(reactants_all, pmaps, agents)
+    rmap = check_balance(reactants, product)
+    leaving = leaving_atoms(reactants, product)
+    reacting = reacting_atoms(reactants, product, rmap, leaving)
+    check_skeleton(reactants, leaving)
+    canonical = canonical_reaction(reactants, product)
+    n_tetra, n_ez = count_sis(reactants, product, rmap, max_tetra=max_tetra, max_ez=max_ez)
+    check_static_stereo(reactants, product, rmap, reacting)
+    sear = sear_signature(reactants, product, rmap, reacting)
     if not reacting and n_tetra + n_ez == 0:
         raise ProcessingError("transform", "no atom changes: reactant equals product")
     return Processed(

@@ -16,7 +16,21 @@ from functools import cached_property
 from rdkit import Chem
 from rdkit.Chem import AllChem
 
-__all__ = ["Template", "TEMPLATES", "template_by_name", "apply_template", "qualifies"]
+__all__ = [
+    "Template",
+    "TEMPLATES",
+    "RULES",
+    "template_by_name",
+    "apply_template",
+    "qualifies",
+    "lofo_exclusions",
+]
+
+#: how a reactant is checked against a role: ``hand`` = the template's own exclusion SMARTS
+#: (the chemistry the candidates' labels follow); ``lofo`` = the exclusions that the *other*
+#: template families list (leave-one-family-out, :func:`lofo_exclusions`), used to generate the
+#: precedent DB so that the DB and the forbidden-FG candidates do not share one rule.
+RULES = ("hand", "lofo")
 
 _AMINE = "[N;X3;H2,H1;!$(N-[C,S,P]=[O,S,N]);!$(N-a);!$(N[#7,#8]);!$(N-C=C):{m}]"
 _NH_OH = ("[OX2H1]", "[NX3;H2,H1;!$(N-[C,S]=[O,S,N])]", "[SX2H1]", "[nH]")
@@ -50,11 +64,63 @@ class Template:
         return [[Chem.MolFromSmarts(s) for s in e] for e in ex]
 
 
-def qualifies(t: Template, role: int, mol: Chem.Mol) -> bool:
-    """``mol`` matches role ``role`` of ``t`` exactly once and no exclusion pattern."""
-    if len(mol.GetSubstructMatches(t.role_patterns[role], maxMatches=2)) != 1:
+def qualifies(t: Template, role: int, mol: Chem.Mol, rule: str = "hand") -> bool:
+    """``mol`` matches role ``role`` of ``t`` exactly once and passes the exclusions of ``rule``.
+
+    ``hand``: no match of the template's own exclusion SMARTS for that role. ``lofo``: no match
+    of :func:`lofo_exclusions` that lies wholly outside the role's matched atoms (a match that
+    shares an atom with the role's own group, e.g. the acid's OH in an acid role, is that group,
+    not a second one)."""
+    matches = mol.GetSubstructMatches(t.role_patterns[role], maxMatches=2)
+    if len(matches) != 1:
         return False
-    return not any(mol.HasSubstructMatch(p) for p in t.exclude_patterns[role])
+    if rule == "hand":
+        return not any(mol.HasSubstructMatch(p) for p in t.exclude_patterns[role])
+    if rule == "lofo":
+        own = set(matches[0])
+        return not any(
+            own.isdisjoint(m) for p in _lofo_patterns(t)[role] for m in mol.GetSubstructMatches(p)
+        )
+    raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
+
+
+def _role_smarts(t: Template) -> list[str]:
+    return t.smarts.split(">>")[0].split(".")
+
+
+def lofo_exclusions(
+    t: Template, templates: tuple[Template, ...] | None = None, min_families: int = 2
+) -> tuple[tuple[str, ...], ...]:
+    """Leave-one-family-out exclusions of ``t``, per reactant role.
+
+    The exclusion SMARTS (of any role) that at least ``min_families`` template families *other
+    than* ``t.family`` list (the groups the rest of the chemistry treats as reactive), minus every
+    SMARTS in ``t``'s own exclusion lists. No SMARTS that defines a forbidden-FG candidate of ``t``
+    (:func:`icml26.chemcensor.data.generate` with ``forbidden=True``) keeps anything out of ``t``'s
+    reactions generated under this rule, so a precedent DB built from them catches such a
+    candidate only through correlated groups, never by construction. A SMARTS written inside a
+    role's own SMARTS (SNAr's activating nitro) is not an exclusion for that role.
+    """
+    templates = TEMPLATES if templates is None else templates
+    fams: dict[str, set[str]] = {}
+    for o in templates:
+        if o.family == t.family:
+            continue
+        for role in o.exclude:
+            for sm in role:
+                fams.setdefault(sm, set()).add(o.family)
+    own = {sm for role in t.exclude for sm in role}
+    pooled = sorted(sm for sm, f in fams.items() if len(f) >= min_families and sm not in own)
+    return tuple(tuple(sm for sm in pooled if sm not in rs) for rs in _role_smarts(t))
+
+
+_LOFO: dict[str, list[list[Chem.Mol]]] = {}
+
+
+def _lofo_patterns(t: Template) -> list[list[Chem.Mol]]:
+    if t.name not in _LOFO:
+        _LOFO[t.name] = [[Chem.MolFromSmarts(s) for s in r] for r in lofo_exclusions(t)]
+    return _LOFO[t.name]
 
 
 def _t(name, smarts, exclude=(), family=None):
