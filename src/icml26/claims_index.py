@@ -287,14 +287,17 @@ CLAIMS: list[Claim] = [
         # the paper's 0.157 / 0.240 is ATLAS / random-100; the headline is ATLAS / random-k
         paper_value=None,
         power=PowerSpec(
-            control="random selection of many more items (4x k) against random-k: more items must lower theta MAE",
-            floor="the prior mean theta (predicting the population mean for every examinee)",
+            control="random selection of many more items (4x k) against random-k on the held-out "
+            "family's examinees: more items must lower theta MAE",
+            floor="the calibration population's mean theta (0) for every held-out examinee, no items",
             degeneracy_na="the adaptive and random tests pick items by different rules by construction",
         ),
         cpu_minutes={
-            "tiny": 0.5,  # estimate: 300 items, 2PL, 2 x 40 test models
-            "small": 45,  # estimate: docs/atlas.md, part (a) 14 CPU-min for 2 of the 5 calibration
-                          # resamples (2026-12-01) -> ~35; parts (b), (c) not timed: +10
+            "tiny": 0.5,  # measured 2026-12-07: 24-26 CPU-s (part (c) on tiny Llamas + part (a))
+            "small": 120,  # estimate: part (a) ~35 + (b) ~10 (docs/atlas.md) + part (c) ~75: 12
+                           # log-prob tables x 400 items timed per item on a loaded 2-core machine
+                           # (SmolLM2 0.64/0.45, Gemma 1.37/0.90, Qwen-0.5B 1.84/1.21 CPU-s per
+                           # item letter/logprob, 1 thread); ~0 once the tables are cached
         },
     ),
     Claim(
@@ -375,14 +378,15 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.cclrec.claim:run"),
         options=claim_options.CCLREC,
         power=PowerSpec(
-            control="LightGCN against MostPop: a graph recommender must beat popularity by more than the seed spread",
-            floor="MostPop (recommend the most popular items)",
-            degeneracy="CCLRec's consensus weights differ from equal weights (equal weights that score the same = the weighting does nothing)",
+            control="LightGCN against MostPop: the paired test NDCG@20 ratio (clustered CI, seeds then users) must lie wholly above 1",
+            floor="MostPop (recommend the most popular items); some compared system's mean NDCG@20 must lie above MostPop's CI",
+            degeneracy="CCLRec's consensus weights must touch at least 1% of sampled users (w+ or w- != 1); else CCLRec and CCLRec w±=1 are the same model",
         ),
         cpu_minutes={
-            "tiny": 0.5,  # estimate: 200 users, 2 passes, 2 seeds
-            "small": 12,  # docs/cclrec.md: 247 s wall on the idle 2 cores with --jobs 3 for 2 seeds
-                          # + retuning (<= 8.2); the default 3 seeds ~12
+            "tiny": 0.7,  # measured 38-43 CPU-s (150 users, 2 passes, 2 seeds, 3-point tuning)
+            "small": 280,  # estimate, docs/cclrec.md "Converged training": one converged fit
+                           # measured (LightGCN 136 CPU-s, CCLRec 464 CPU-s, 30 passes each);
+                           # 7 tuned arms x 5-8 fits (3-6 tuning + 2 more seeds): 200-530
         },
     ),
     Claim(
@@ -398,14 +402,14 @@ CLAIMS: list[Claim] = [
         run=lazy("icml26.chemcensor.claim:run"),
         options=claim_options.CHEMCENSOR,
         power=PowerSpec(
-            control="the gold reactions against randomly corrupted proposals: plausibility must separate them (AUROC well above 0.5)",
-            floor="a random score (AUROC 0.5) and RDKit validity",
-            degeneracy="the proposals whose plausibility level ranks differently from exact match",
+            control="a template oracle (knows the generator's rules) must separate (b) valid alternatives from (d) implausible proposals beyond a random score (AUROC (b) vs (d), target-bootstrap intervals)",
+            floor="the better of a random score and RDKit validity + balance on AUROC (b) vs (d) (both about 0.5)",
+            degeneracy="(b) and (d) proposals on which ChemCensor's decision (level >= 1) differs from exact match's",
         ),
         cpu_minutes={
             "tiny": 1.0,  # estimate: 30 targets, RXNMapper start-up
-            "small": 15,  # docs/chemcensor.md: ~11 CPU-min in the main process + the RXNMapper
-                          # subprocess (not measured): ~15 (small, 2026-11-29 run)
+            "small": 18,  # docs/chemcensor.md: 1,063 CPU-s with the RXNMapper worker and
+                          # SmolLM2 (small, 2026-12-07 run, issue 39)
         },
     ),
     Claim(

@@ -7,7 +7,7 @@ import torch
 
 from icml26.cclrec import SGL, LightGCN, MostPop, SimGCL
 from icml26.cclrec.baselines import info_nce
-from icml26.cclrec.claim import GRIDS
+from icml26.cclrec.claim import TUNE
 from icml26.cclrec.graph import bipartite_norm
 
 
@@ -120,11 +120,14 @@ def test_zero_weight_sgl_is_lightgcn():
 
 def test_tuning_grids_are_equal_sized_and_include_small_contrastive_weights():
     """The papers' weights (SGL 0.1, SimGCL 0.2) wreck dense MovieLens (docs: validation NDCG
-    falls below MostPop and keeps falling); the grids must reach the weights that work there."""
-    sizes = {len(g) for g in GRIDS.values()}
-    assert sizes == {3}
-    assert min(t["ssl_weight"] for t in GRIDS["SGL"]) <= 0.01
-    assert min(t["cl_weight"] for t in GRIDS["SimGCL"]) <= 0.01
+    falls below MostPop and keeps falling); the start grids must reach the weights that work
+    there, and every tuned system starts from 3 points evenly spaced in log (the tuner's rule)."""
+    for name, (param, grid) in TUNE.items():
+        assert len(grid) == 3, name
+        r = np.log(grid[1] / grid[0]), np.log(grid[2] / grid[1])
+        assert r[0] > 0 and r[0] == pytest.approx(r[1], rel=1e-6), (name, param)
+    assert TUNE["SGL"][0] == "ssl_weight" and min(TUNE["SGL"][1]) <= 0.01
+    assert TUNE["SimGCL"][0] == "cl_weight" and min(TUNE["SimGCL"][1]) <= 0.01
 
 
 def test_small_weight_contrastive_baselines_beat_mostpop_on_planted_topics():

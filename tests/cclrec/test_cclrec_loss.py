@@ -1,6 +1,7 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
@@ -81,3 +82,30 @@ def test_weights_apply_for_every_batch_size(R, seed):
             for i in range(R)
         ]
         assert float(weighted_info_nce(a, p, n, wp, one)) != float(base) or len(set(per_row)) == 1
+
+
+def _started_cclrec(cl_weight):
+    import scipy.sparse as sp
+
+    from icml26.cclrec.model import CCLRec
+
+    rng = np.random.default_rng(0)
+    R = sp.csr_matrix((rng.random((30, 24)) < 0.3).astype(np.float32))
+    sem = rng.normal(size=(24, 6)).astype(np.float32)
+    m = CCLRec(dim=8, batch_size=16, seed=0, cl_weight=cl_weight)
+    m.train_, (m.n_users_, m.n_items_) = R, R.shape
+    m._gen = torch.Generator().manual_seed(0)
+    m._setup(R, sem, {})
+    return m
+
+
+def test_zero_cl_weight_is_the_linear_limit_of_the_loss():
+    """The cl_weight = 0 control skips the InfoNCE; its loss must equal the lambda -> 0 end of
+    the loss, which is linear in lambda: L(0.5) - L(0) = (L(1) - L(0)) / 2 on the same batch."""
+    losses = {}
+    for w in (0.0, 0.5, 1.0):
+        m = _started_cclrec(w)
+        smp = next(m._batches(np.random.default_rng(3)))
+        losses[w] = m._loss(smp).item()
+    assert losses[1.0] > losses[0.0]  # the InfoNCE is positive
+    assert losses[0.5] - losses[0.0] == pytest.approx((losses[1.0] - losses[0.0]) / 2, rel=1e-5)

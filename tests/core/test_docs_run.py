@@ -164,6 +164,13 @@ RUN: dict[str, str | None] = {
         "icml26 atlas test --bank bank.json --responses model.csv --trace t.jsonl -o results.json"
     ): None,
     "icml26 atlas score --bank bank.json --responses model.csv --method wle": None,
+    "icml26 atlas calibrate responses.csv -o bank.csv": None,
+    "icml26 atlas calibrate responses.csv -o bank.json --g-prior none": None,
+    "icml26 atlas test --bank bank.json --responses model.csv --start max_info": None,
+    "icml26 atlas from-lm-eval lm_eval_out/ -o responses.csv --metric acc": None,  # two models' folders
+    "icml26 atlas convert bank.json -o bank.csv": None,
+    # a file in the released ATLAS layout (mirt's coef table, header "X", ids X<k>), made by _atlas
+    "icml26 atlas convert --atlas hellaswag/irt_item_parameters_combined.csv -o hellaswag.json": None,
     "icml26 atlas responses --list": None,  # a generated BIG-bench sdist ($ICML26_BIGBENCH)
     # docs/cclrec.md
     (
@@ -317,6 +324,13 @@ def _atlas(tmp: Path, monkeypatch) -> None:
         f"t{m},{i},{int(Y[m, k])}" for m in range(2) for k, i in enumerate(true.ids)
     ]
     (tmp / "model.csv").write_text("\n".join(lines) + "\n")
+    for m in ("m1", "m2"):  # lm-eval --log_samples output: OUT/<model>/samples_<task>_<stamp>.jsonl
+        (tmp / "lm_eval_out" / m).mkdir(parents=True)
+        (tmp / "lm_eval_out" / m / "samples_arc_easy_2024-05-13T14-26-39.123456.jsonl").write_text(
+            "".join(json.dumps({"doc_id": d, "acc": float((d + len(m)) % 3 == 0)}) + "\n" for d in range(8)))
+    (tmp / "hellaswag").mkdir()
+    (tmp / "hellaswag" / "irt_item_parameters_combined.csv").write_text(
+        '"X","a1","d","g","u"\n' + "".join(f'"X{k}",{0.5 + k / 10},{k / 5 - 1},0.1,1\n' for k in range(6)))
     task = json.dumps(
         {
             "examples": [
@@ -623,6 +637,9 @@ SNIPPETS: dict[tuple[str, str], object] = {
         "cclrec.md",
         "ml100k_dir()",
     ): "trains CCLRec on MovieLens-100K with MiniLM semantics (minutes)",
+    ("cclrec.md", "run_recbole("): "needs recbole 1.2.1 with its own dependencies and pandas < 3 "
+    "(not project dependencies); tests/cclrec/test_cclrec_recbole.py runs the same loop on a "
+    "tiny dataset where they are installed",
     ("chemcensor.md", "ReactionDB.build("): "RXNMapper (isolated transformers-4 worker) and an "
     "LLM proposer",
     ("corrsteer.md", "train_sae(x"): f"{_LM}: harvests 1,000 blocks and trains a 4,096-wide SAE",

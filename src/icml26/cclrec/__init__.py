@@ -2,7 +2,8 @@
 
 Graph recommenders on RecBole atomic files or CSV, with full-ranking metrics: :class:`CCLRec` and
 the baselines :class:`LightGCN`, :class:`SGL`, :class:`SimGCL`, :class:`RLMRecCon`,
-:class:`MostPop`.
+:class:`MostPop`. RecBole users: ``icml26.cclrec.recbole_model.CCLRecRecBole`` (a RecBole
+``GeneralRecommender``; importing it imports RecBole).
 """
 
 from __future__ import annotations

@@ -1,42 +1,55 @@
-"""Claim ``cclrec``: consensus-weighted CL beats tuned graph and LLM-alignment baselines.
+"""Claim ``cclrec``: consensus-weighted CL beats tuned graph and LLM-alignment baselines, and
+its consensus weights beat equal weights.
 
 MovieLens-100K (the ``recbole`` wheel's atomic files), per-user chronological 80/10/10 split,
 MiniLM item semantics (title/year/genres) and user profiles (``.user`` fields + top training
-genres). Every system gets the same pass budget, early stopping on validation NDCG@20 and seeds;
-test metrics are full ranking with train and validation items masked. Headline: per seed,
-NDCG@20 of CCLRec / the best of LightGCN, SGL, SimGCL, RLMRec-Con; mean and min/max over seeds.
+genres, or cached SmolLM2 profiles). Every system trains up to the same number of passes with the
+same early-stopping rule on validation NDCG@20 (``patience``), on the same seeds; each tuned
+system's one hyper-parameter goes through the bracketing tuner (:func:`icml26.core.stats.bracket`)
+at those same passes on the first seed. Test metrics are full ranking with train and validation
+items masked.
 
-Options (``--opt key=value``): ``passes`` (max passes), ``seeds`` (count), ``systems``
-(comma list of names from :data:`SYSTEMS`, or ``all``), ``retune=1`` (grid-search each system's
-learning rate on seed 0 with the same number of trials, then run the seeds), ``inter``/``item``/
-``user`` (other RecBole files), ``device``.
+Two targets, both needed (an intersection-union test: the headline is the smaller ratio, its
+interval the smaller ends): NDCG@20 of CCLRec over the best baseline, and over ``CCLRec w±=1``
+(the same model with equal weights: the paper's claim about consensus weighting). Spreads are
+clustered bootstraps, seeds then test users (:func:`icml26.core.stats.clustered_bootstrap`).
+
+Every (system, hyper-parameter value, seed) fit is one entry of a :class:`icml26.core.checkpoint.Memo`
+in the unit's folder, so an interrupted run resumes where it stopped.
+
+Options (``--opt key=value``): ``passes`` (max passes), ``patience``, ``seeds`` (count),
+``systems`` (comma list of names from :data:`SYSTEMS`, or ``all``/``default``/``ablations``),
+``tune`` (0 = the fixed values in :data:`SYSTEMS`), ``inter``/``item``/``user`` (other RecBole
+files), ``profiles``, ``device``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import numpy as np
 
 from icml26.cclrec import figures
 from icml26.cclrec.baselines import SGL, LightGCN, MostPop, RLMRecCon, SimGCL
-from icml26.cclrec.data import Interactions, load_interactions, ml100k_dir, split
 from icml26.cclrec.model import CCLRec
-from icml26.cclrec.profiles import PROFILE_TAG
-from icml26.cclrec.semantics import (
-    cached_encode,
-    hash_encoder,
-    item_semantics,
-    item_table,
-    user_profile_texts,
-    user_table,
+from icml26.cclrec.semantics import hash_encoder
+from icml26.cclrec.study.checks import (
+    EQUAL,
+    both_targets,
+    ci_text,
+    clusters,
+    power_checks,
+    ratio_ci,
 )
+from icml26.cclrec.study.inputs import TINY_USERS, permuted_inputs, prepare
 from icml26.core.claims import Measure, Result, RunContext
 
 TARGET = 1.0
+NO_CL = "CCLRec cl_weight=0"
 BASELINES = ("LightGCN", "SGL", "SimGCL", "RLMRec-Con", "SGL paper λ", "SimGCL paper λ")
-# name -> (class, fixed kwargs). Learning rates and batch sizes: see docs/cclrec.md ("Tuning").
+# name -> (class, fixed kwargs). The tuned value (TUNE) overrides its key; see docs/cclrec.md.
 SYSTEMS: dict[str, tuple[type, dict]] = {
     "MostPop": (MostPop, {}),
     "LightGCN": (LightGCN, {"lr": 5e-3, "batch_size": 256, "reg": 1e-4}),
@@ -49,6 +62,7 @@ SYSTEMS: dict[str, tuple[type, dict]] = {
     "RLMRec-Con": (RLMRecCon, {"lr": 5e-3, "batch_size": 256, "reg": 1e-4}),
     "CCLRec": (CCLRec, {"lr": 1e-3, "batch_size": 256}),
     "CCLRec w±=1": (CCLRec, {"lr": 1e-3, "batch_size": 256, "w_pos": 1.0, "w_neg": 1.0}),
+    "CCLRec cl_weight=0": (CCLRec, {"lr": 1e-3, "batch_size": 256, "cl_weight": 0.0}),
     "CCLRec permuted semantics": (CCLRec, {"lr": 1e-3, "batch_size": 256}),
     "CCLRec structural positives": (
         CCLRec,
@@ -60,7 +74,16 @@ SYSTEMS: dict[str, tuple[type, dict]] = {
     "CCLRec CL on semantics": (CCLRec, {"lr": 1e-3, "batch_size": 256, "cl_space": "semantic"}),
     "CCLRec pool consensus": (CCLRec, {"lr": 1e-3, "batch_size": 256, "consensus": "pool"}),
 }
-DEFAULT_SYSTEMS = ("MostPop", "LightGCN", "SGL", "SimGCL", "RLMRec-Con", "CCLRec", "CCLRec w±=1")
+DEFAULT_SYSTEMS = (
+    "MostPop",
+    "LightGCN",
+    "SGL",
+    "SimGCL",
+    "RLMRec-Con",
+    "CCLRec",
+    "CCLRec w±=1",
+    "CCLRec cl_weight=0",
+)
 ABLATIONS = (
     "CCLRec permuted semantics",
     "CCLRec structural positives",
@@ -69,157 +92,20 @@ ABLATIONS = (
     "CCLRec CL on ID",
     "CCLRec CL on semantics",
 )
-# tiny keeps the equal-weight arm: the degeneracy check (does the weighting change anything?)
-TINY_SYSTEMS = ("MostPop", "LightGCN", "CCLRec", "CCLRec w±=1")
-# ``--opt retune=1``: the same number of trials (3) for every trained system, on seed 0, best
-# validation NDCG@20 wins. LightGCN: its learning rate; SGL / SimGCL: the contrastive weight (the
-# papers' 0.1 / 0.2 first, then the smaller weights that dense MovieLens needs: RecBole-GNN's
-# tuned SGL on ML-1M uses 0.005 with tau 0.5); RLMRec-Con: its alignment weight; CCLRec: its
-# learning rate. CCLRec's variants (w±=1, ablations) reuse CCLRec's pick, so they differ from
-# it in one thing only.
-GRIDS: dict[str, list[dict]] = {
-    "LightGCN": [{"lr": 2e-3}, {"lr": 5e-3}, {"lr": 1e-2}],
-    "SGL": [
-        {"ssl_weight": 0.1, "ssl_tau": 0.2},
-        {"ssl_weight": 0.02, "ssl_tau": 0.2},
-        {"ssl_weight": 0.005, "ssl_tau": 0.5},
-    ],
-    "SimGCL": [{"cl_weight": 0.2}, {"cl_weight": 0.05}, {"cl_weight": 0.01}],
-    "RLMRec-Con": [{"kd_weight": 0.01}, {"kd_weight": 0.1}, {"kd_weight": 0.001}],
-    "CCLRec": [{"lr": 1e-3}, {"lr": 3e-3}, {"lr": 5e-4}],
+# tiny keeps both targets' arms and the no-CL control, so every row and check is computed in CI
+TINY_SYSTEMS = ("MostPop", "LightGCN", "CCLRec", "CCLRec w±=1", "CCLRec cl_weight=0")
+# The one hyper-parameter the bracketing tuner searches per system: (name, start grid, 3 points
+# evenly spaced in log). Every tuned system gets the same start size, extension size and cap.
+# CCLRec variants (w±=1, cl_weight=0, ablations) search CCLRec's grid in their own unit, so the
+# equal-weight arm is as well tuned as CCLRec. "paper λ" systems stay at the papers' values.
+TUNE: dict[str, tuple[str, tuple[float, float, float]]] = {
+    "LightGCN": ("lr", (1e-3, 3e-3, 9e-3)),
+    "SGL": ("ssl_weight", (1e-3, 5e-3, 2.5e-2)),
+    "SimGCL": ("cl_weight", (2e-3, 1e-2, 5e-2)),
+    "RLMRec-Con": ("kd_weight", (1e-3, 1e-2, 1e-1)),
+    "CCLRec": ("lr", (1e-3 / 3, 1e-3, 3e-3)),
 }
-
-
-def _fmt(d: dict) -> str:
-    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items())
-
-
-def _subset_users(data: Interactions, n_users: int, seed: int) -> Interactions:
-    """The interactions of ``n_users`` random users (tiny scale), items re-indexed densely."""
-    rng = np.random.default_rng(seed)
-    keep_u = np.sort(rng.choice(data.n_users, min(n_users, data.n_users), replace=False))
-    mask = np.isin(data.users, keep_u)
-    items_kept = np.unique(data.items[mask])
-    umap = {u: k for k, u in enumerate(keep_u)}
-    imap = np.full(data.n_items, -1)
-    imap[items_kept] = np.arange(len(items_kept))
-    return Interactions(
-        users=np.array([umap[u] for u in data.users[mask]], np.int64),
-        items=imap[data.items[mask]].astype(np.int64),
-        ratings=None if data.ratings is None else data.ratings[mask],
-        timestamps=None if data.timestamps is None else data.timestamps[mask],
-        user_ids=tuple(data.user_ids[u] for u in keep_u),
-        item_ids=tuple(data.item_ids[i] for i in items_kept),
-    )
-
-
-def prepare(ctx: RunContext):
-    """Data, split, item semantics, per-attribute vectors and user profiles for this scale."""
-    from icml26.core.lm import cache_root
-
-    base = ml100k_dir()
-    inter = ctx.options.get("inter", base / "ml-100k.inter")
-    item = ctx.options.get("item", base / "ml-100k.item")
-    user = ctx.options.get("user", base / "ml-100k.user")
-    data = load_interactions(inter)
-    if ctx.scale == "tiny":
-        data = _subset_users(data, 200, ctx.seed)
-    sp_ = split(data, "user_time", (0.8, 0.1, 0.1), seed=ctx.seed)
-    table = item_table(item, data.item_ids)
-    # tiny (CI) uses a hashing bag-of-words encoder so it needs no model; small/full use MiniLM
-    encode = hash_encoder(64) if ctx.scale == "tiny" else None
-    cache = None if ctx.scale == "tiny" else cache_root() / "cclrec"
-    sem, attrs = item_semantics(table, encode=encode, cache_dir=cache)
-    try:
-        users = user_table(user, data.user_ids)
-    except Exception:  # noqa: BLE001 - a missing .user file only removes demographics
-        users = None
-    texts = user_profile_texts(sp_.train, table.get("genres", [""] * data.n_items), users)
-    if encode is None:
-        from icml26.core.embed import embed as encode
-    prof = cached_encode(texts, encode, cache)
-    info = {"semantics": "template"}
-    mode = ctx.options.get("profiles", "template" if ctx.scale == "tiny" else "auto")
-    if mode not in ("auto", "llm", "template"):
-        raise ValueError(f"profiles must be auto|llm|template; got {mode!r}")
-    if mode != "template" and cache is not None:
-        llm = llm_profiles(ctx, data, sp_, table, users, cache, generate=mode == "llm")
-        if llm["items"] is not None:
-            p_emb = cached_encode(llm["items"], encode, cache)
-            attrs = {**attrs, "llm_profile": p_emb}
-            sem = _unit(np.mean([_unit(a) for a in attrs.values()], axis=0))
-            info["semantics"] = "template + LLM item profiles"
-            info["genre_agreement"] = llm["genre_agreement"]
-        if llm["users"] is not None:
-            prof = cached_encode(llm["users"], encode, cache)
-            info["semantics"] += " + LLM user profiles"
-        info["profile_seconds"] = llm["seconds"]
-    return data, sp_, sem, attrs, prof, table, info
-
-
-def _unit(a: np.ndarray) -> np.ndarray:
-    a = np.asarray(a, np.float32)
-    return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-
-
-def llm_profiles(ctx, data, sp_, table, users, cache, generate: bool, max_new_tokens: int = 48):
-    """SmolLM2 item and user profiles from the cache (``generate=True`` writes what is missing;
-    otherwise a kind is used only when its cache is complete). Returns texts or None per kind."""
-    import time as _time
-
-    from icml26.cclrec.profiles import (
-        _key,
-        generate_profiles,
-        genre_agreement,
-        item_prompts,
-        read_profiles,
-        user_prompts,
-    )
-
-    out = {"items": None, "users": None, "genre_agreement": None, "seconds": 0.0}
-    kinds = {
-        "items": (item_prompts(table), data.item_ids, cache / "profiles-item.jsonl"),
-        "users": (
-            user_prompts(sp_.train, table, users),
-            data.user_ids,
-            cache / "profiles-user.jsonl",
-        ),
-    }
-    chat = None
-    for kind, (prompts, ids, path) in kinds.items():
-        done = read_profiles(path)
-        tag = ctx.options.get("profile_tag", PROFILE_TAG)
-        have = [done.get(_key(tag, p, max_new_tokens)) for p in prompts]
-        if all(h is not None for h in have):
-            out[kind] = have
-        elif generate:
-            if chat is None:
-                from icml26.core.chat import LocalChat
-
-                chat = LocalChat(ctx.options.get("lm"), device=ctx.options.get("device", "cpu"))
-            t0 = _time.perf_counter()
-            out[kind] = generate_profiles(
-                prompts,
-                chat,
-                path,
-                ids=ids,
-                tag=tag,
-                max_new_tokens=max_new_tokens,
-                batch_size=48,
-                progress=ctx.progress,
-            )
-            out["seconds"] += _time.perf_counter() - t0
-    if out["items"] is not None:
-        out["genre_agreement"] = genre_agreement(out["items"], table.get("genres", []))
-    return out
-
-
-def _permuted_inputs(sp_, sem, attrs, table, encode_users, seed):
-    """Item semantics shuffled across items (and user profiles rebuilt from shuffled genres)."""
-    perm = np.random.default_rng(10_000 + seed).permutation(len(sem))
-    genres = table.get("genres", [""] * len(sem))
-    texts = user_profile_texts(sp_.train, [genres[j] for j in perm], None)
-    return sem[perm], {k: v[perm] for k, v in attrs.items()}, encode_users(texts)
+EXTEND_BY = 1  # grid points added per extension, at the edge holding the best
 
 
 def fit_system(
@@ -231,29 +117,38 @@ def fit_system(
     passes,
     seed,
     device,
-    lr=None,
+    patience=20,
     progress=None,
     permuted=None,
     overrides=None,
 ):
+    """Fit system ``name`` on ``sp_.train`` with early stopping on ``sp_.val``.
+
+    Returns ``(model, wall seconds, CPU seconds of this process)``."""
     cls, kw = SYSTEMS[name]
     kw = dict(kw, **(overrides or {})) if cls is not MostPop else {}
-    if lr is not None and cls is not MostPop:
-        kw["lr"] = lr
-    model = cls(max_passes=passes, patience=20, seed=seed, device=device, **kw)
+    model = cls(max_passes=passes, patience=patience, seed=seed, device=device, **kw)
     extras = {}
     s_in, a_in, p_in = permuted if permuted is not None else (sem, attrs, prof)
     if cls is CCLRec:
         extras = {"user_profiles": p_in, "attributes": a_in}
     elif cls is RLMRecCon:
         extras = {"user_semantics": p_in}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model.fit(sp_.train, s_in if cls is not MostPop else None, sp_.val, progress=progress, **extras)
-    return model, time.perf_counter() - t0
+    return model, time.perf_counter() - t0, time.process_time() - c0
+
+
+def tune_spec(name: str) -> tuple[str, tuple[float, ...]] | None:
+    """The tuned hyper-parameter and start grid of a system (CCLRec variants use CCLRec's)."""
+    if name.endswith("paper λ") or name == "MostPop":
+        return None
+    return TUNE.get("CCLRec" if name.startswith("CCLRec") else name)
 
 
 def _settings(ctx: RunContext) -> dict:
-    passes = int(ctx.options.get("passes", ctx.pick(tiny=2, small=3, full=200)))
+    passes = int(ctx.options.get("passes", ctx.pick(tiny=2, small=50, full=200)))
+    patience = int(ctx.options.get("patience", ctx.pick(tiny=1, small=5, full=20)))
     sys_opt = ctx.options.get("systems", "default")
     default = TINY_SYSTEMS if ctx.scale == "tiny" else DEFAULT_SYSTEMS
     names = (
@@ -261,7 +156,7 @@ def _settings(ctx: RunContext) -> dict:
         if sys_opt == "all"
         else list(default)
         if sys_opt == "default"
-        else ["LightGCN", "CCLRec", *ABLATIONS]
+        else ["MostPop", "LightGCN", "CCLRec", *ABLATIONS]
         if sys_opt == "ablations"
         else [s.strip() for s in sys_opt.split(",")]
     )
@@ -269,38 +164,74 @@ def _settings(ctx: RunContext) -> dict:
         if n not in SYSTEMS:
             raise ValueError(f"unknown system {n!r}; choose from {list(SYSTEMS)}")
     present = [b for b in BASELINES if b in names]
-    method = (
-        "CCLRec" if "CCLRec" in names else next((n for n in names if n.startswith("CCLRec")), None)
-    )
-    if method is None or not present:
-        raise ValueError("the headline needs CCLRec and at least one of " + ", ".join(BASELINES))
+    if "CCLRec" not in names or not present:
+        raise ValueError(
+            "the headline needs CCLRec and at least one of "
+            + ", ".join(BASELINES)
+            + f"; got systems {names}"
+        )
     return {
         "passes": passes,
-        "tune_passes": int(ctx.options.get("tune_passes", passes)),
-        "retune": ctx.options.get("retune", "0") == "1",
+        "patience": patience,
+        "tune": str(ctx.options.get("tune", "1")) == "1",
+        # extensions of the tuner's grid: tiny (CI) tries the 3 start points only
+        "cap": ctx.pick(tiny=0, small=3, full=3),
         "seeds": [ctx.seed + k for k in range(int(ctx.options.get("seeds", ctx.pick(2, 3, 5))))],
         "names": names,
         "present": present,
-        "method": method,
+        "method": "CCLRec",
         # tiny (CI): 16-d embeddings, batches of 256; small/full: the 64-d defaults
         "overrides": {"dim": 16, "batch_size": 256} if ctx.scale == "tiny" else {},
     }
 
 
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", name.replace("±", "pm")).strip("-").lower()
+
+
 def units(ctx: RunContext) -> list[RunContext]:
-    """One unit per system (its own tuning trials and seeds), so ``--jobs N`` runs N at once."""
-    names = _settings(ctx)["names"]
+    """One unit per system (its tuning fits and seeds), so ``--jobs N`` runs N at once. A unit's
+    folder is named after its system, so its memo is found again when the list changes."""
     return [
         dataclasses.replace(
-            ctx, out_dir=ctx.out_dir / f"unit{i}", options={**ctx.options, "unit_system": n}
+            ctx,
+            out_dir=ctx.out_dir / f"unit-{_slug(n)}",
+            options={**ctx.options, "unit_system": n},
         )
-        for i, n in enumerate(names)
+        for n in _settings(ctx)["names"]
     ]
 
 
+def _measure(model, sp_, secs, cpu, first_seed: bool) -> dict:
+    """One fit's record (JSON-able): test metrics, per-user test NDCG@20, stopping, cost."""
+    m = model.evaluate(sp_.test, exclude=[sp_.train, sp_.val], ks=(10, 20, 50), per_user=True)
+    hist = model.history_
+    best_pass = max(hist, key=lambda h: h[1])[0] if hist else 0
+    out = {k: float(m[k]) for k in m if "@" in k}
+    out.update(
+        users=[int(u) for u in m["users"]],
+        per_user_ndcg20=[round(float(x), 6) for x in m["per_user"]["ndcg@20"]],
+        best_val=float(model.best_val_) if model.passes_ else None,  # MostPop: not trained
+        passes=int(model.passes_),
+        best_pass=int(best_pass),
+        stopped_early=bool(0 < model.passes_ < model.max_passes),
+        seconds=float(secs),
+        cpu_s=float(cpu),
+        s_per_pass=float(model.seconds_per_pass_) if model.passes_ else 0.0,
+        rates=model.consensus_rates() if isinstance(model, CCLRec) else {},
+        curve=[[int(p), float(v)] for p, v, _ in hist],
+    )
+    if first_seed:
+        out["pop_hits"] = figures.hits_by_popularity(model, sp_).tolist()
+    return out
+
+
 def run_unit(ctx: RunContext) -> Result:
-    """Tune (``retune=1``: the system's grid, seed ``ctx.seed``) and fit one system on every
-    seed. One row: per-seed test metrics, the seed-0 validation curve and hits by popularity."""
+    """Tune one system with the bracketing tuner (first seed, full passes) and fit it on every
+    seed; every fit is memoised. One row: per-seed records and the tuning record."""
+    from icml26.core.checkpoint import Memo, source_fingerprint
+    from icml26.core.stats import bracket
+
     st = _settings(ctx)
     name = ctx.options["unit_system"]
     device = ctx.options.get("device", ctx.device)
@@ -311,126 +242,139 @@ def run_unit(ctx: RunContext) -> Result:
         enc_users = hash_encoder(64)
     else:
         from icml26.core.embed import embed as enc_users
-    grid_name = "CCLRec" if name.startswith("CCLRec") else name.split(" ")[0]
-    tuned, tune_log = {}, None
-    if st["retune"] and grid_name in GRIDS:
-        vals = []
-        for trial in GRIDS[grid_name]:
-            m = fit_system(
-                name,
-                sp_,
-                sem,
-                attrs,
-                prof,
-                st["tune_passes"],
-                ctx.seed,
-                device,
-                permuted=(
-                    _permuted_inputs(sp_, sem, attrs, table, enc_users, ctx.seed)
-                    if "permuted" in name
-                    else None
-                ),
-                overrides={**st["overrides"], **trial},
-            )[0]
-            vals.append(float(m.best_val_))
-        tuned = dict(GRIDS[grid_name][int(np.argmax(vals))])
-        tune_log = (
-            f"{name}: "
-            + ", ".join(
-                f"{_fmt(t)} -> {v:.4f}" for t, v in zip(GRIDS[grid_name], vals, strict=True)
+    memo = Memo(
+        ctx.out_dir / "memo.json",
+        config={
+            "system": name,
+            "scale": ctx.scale,
+            "passes": st["passes"],
+            "patience": st["patience"],
+            "overrides": st["overrides"],
+            "options": {k: str(v) for k, v in ctx.options.items() if k not in ("seeds", "systems")},
+            "data": [data.n_users, data.n_items, len(data), info["semantics"]],
+            "code": source_fingerprint("icml26.cclrec"),
+        },
+    )
+    spec = tune_spec(name) if st["tune"] else None
+    param = spec[0] if spec else None
+
+    def fit(value, seed) -> dict:
+        key = f"{param}={value!r}/seed={seed}" if param else f"seed={seed}"
+
+        def work():
+            perm = (
+                permuted_inputs(sp_, sem, attrs, table, enc_users, seed)
+                if "permuted" in name
+                else None
             )
-            + f"; picked {_fmt(tuned)}"
+            over = {**st["overrides"], **({param: value} if param else {})}
+            model, secs, cpu = fit_system(
+                name, sp_, sem, attrs, prof, st["passes"], seed, device,
+                patience=st["patience"], permuted=perm, overrides=over,
+            )  # fmt: skip
+            ctx.progress.log(f"{name} {key}: val NDCG@20 {model.best_val_:.4f}, {cpu:.0f} CPU-s")
+            return _measure(model, sp_, secs, cpu, seed == st["seeds"][0])
+
+        return memo.compute(key, work)
+
+    tuning, pick = None, None
+    if spec:
+        tr = bracket(
+            lambda v: fit(v, st["seeds"][0])["best_val"],
+            spec[1],
+            minimize=False,
+            extend_by=EXTEND_BY,
+            cap=st["cap"],
         )
-    per_seed, curve, pop_hits = [], [], None
-    for seed in ctx.progress.track(st["seeds"], len(st["seeds"]), f"{name} seeds"):
-        perm = (
-            _permuted_inputs(sp_, sem, attrs, table, enc_users, seed)
-            if "permuted" in name
-            else None
-        )
-        model, secs = fit_system(
-            name,
-            sp_,
-            sem,
-            attrs,
-            prof,
-            st["passes"],
-            seed,
-            device,
-            permuted=perm,
-            overrides={**st["overrides"], **tuned},
-        )
-        m = model.evaluate(sp_.test, exclude=[sp_.train, sp_.val], ks=(10, 20, 50))
-        m.update(
-            seconds=secs,
-            passes=model.passes_,
-            s_per_pass=model.seconds_per_pass_ if model.passes_ else 0.0,
-            rates=model.consensus_rates() if isinstance(model, CCLRec) else {},
-        )
-        per_seed.append(
-            {k: (float(v) if isinstance(v, (int, float, np.floating)) else v) for k, v in m.items()}
-        )
-        if seed == st["seeds"][0]:
-            curve = [[int(p), float(v)] for p, v, _ in model.history_]
-            pop_hits = figures.hits_by_popularity(model, sp_).tolist()
+        pick = tr.best
+        tuning = {
+            **tr.to_dict(),
+            "param": param,
+            "history": tr.history,
+            "note": tr.note(name, param),
+        }
+    per_seed = [fit(pick, s) for s in ctx.progress.track(st["seeds"], len(st["seeds"]), name)]
     row = {
         "system": name,
         "per_seed": per_seed,
-        "curve": curve,
-        "pop_hits": pop_hits,
-        "tuned": _fmt(tuned) if tuned else "",
-        "tune_log": tune_log,
+        "tuning": tuning,
+        "pick": {param: pick} if param else {},
         "info": info,
         "n": [data.n_users, data.n_items, len(data)],
+        "resumed": memo.resumed,
     }
     return Result(rows=[row], headline=Measure("unit", 0.0), target=TARGET, notes=[])
 
 
 def combine(ctx: RunContext, results: list[Result]) -> Result:
+    from icml26.core.stats import clustered_bootstrap
+
     st = _settings(ctx)
-    names, present, method, seeds, passes = (
-        st["names"],
-        st["present"],
-        st["method"],
-        st["seeds"],
-        st["passes"],
-    )
+    names, present, method, seeds = st["names"], st["present"], st["method"], st["seeds"]
     by = {r.rows[0]["system"]: r.rows[0] for r in results}
     res = {n: by[n]["per_seed"] for n in names}
     info = by[names[0]]["info"]
     n_users, n_items, n_inter = by[names[0]]["n"]
+    mean20 = {n: float(np.mean([x["ndcg@20"] for x in res[n]])) for n in names}
+    best = max(present, key=lambda b: mean20[b])  # the strongest baseline on test: conservative
+    t_base = ratio_ci(res, method, best, ctx.seed)
+    t_equal = ratio_ci(res, method, EQUAL, ctx.seed) if EQUAL in names else None
     rows = []
     for n in names:
+        ci = clustered_bootstrap(clusters(res[n]), statistic="mean", seed=ctx.seed)
         r = {"system": n}
         for key in ("recall@10", "ndcg@10", "recall@20", "ndcg@20", "recall@50", "ndcg@50"):
-            v = np.array([x[key] for x in res[n]])
-            r[key] = round(float(v.mean()), 4)
-            if key == "ndcg@20":
-                r["ndcg@20 min"], r["ndcg@20 max"] = (
-                    round(float(v.min()), 4),
-                    round(float(v.max()), 4),
-                )
-        r["passes (mean)"] = round(float(np.mean([x["passes"] for x in res[n]])), 1)
-        r["s/pass"] = round(float(np.mean([x["s_per_pass"] for x in res[n]])), 2)
+            r[key] = round(float(np.mean([x[key] for x in res[n]])), 4)
+        r["ndcg@20 CI"] = f"[{ci.low:.4f}, {ci.high:.4f}]"
+        r["ndcg@20 low"], r["ndcg@20 high"] = round(ci.low, 4), round(ci.high, 4)
+        r["passes"] = "/".join(str(x["passes"]) for x in res[n])
+        r["best pass"] = "/".join(str(x["best_pass"]) for x in res[n])
+        r["stopped early"] = f"{sum(x['stopped_early'] for x in res[n])}/{len(seeds)}"
+        r["CPU-s/fit"] = round(float(np.mean([x["cpu_s"] for x in res[n]])), 1)
         rates = res[n][0]["rates"]
         if rates:
             for k in ("pos_consensus", "neg_consensus", "struct_neg_pass", "sem_neg_pass"):
                 r[k] = round(float(np.mean([x["rates"][k] for x in res[n]])), 3)
-        if by[n]["tuned"]:
-            r["tuned"] = by[n]["tuned"]
+        tun = by[n]["tuning"]
+        if tun:
+            r["tuned"] = f"{tun['param']}={tun['best']:.3g}"
+            r["interior"] = bool(tun["interior"])
+        if n == method:
+            r[f"vs {best}"] = ci_text(t_base)
+            if t_equal is not None:
+                r[f"vs {EQUAL}"] = ci_text(t_equal)
         rows.append(r)
-    ratios = np.array(
-        [
-            res[method][k]["ndcg@20"] / max(res[b][k]["ndcg@20"] for b in present)
-            for k in range(len(seeds))
-        ]
+    if t_equal is not None:
+        value, spread = both_targets(
+            (t_base.value, t_base.low, t_base.high), (t_equal.value, t_equal.low, t_equal.high)
+        )
+        headline_name = f"NDCG@20 CCLRec / max(best baseline, {EQUAL})"
+    else:
+        value, spread = t_base.value, t_base.spread
+        headline_name = "NDCG@20 CCLRec / best baseline"
+    n_fits = sum(
+        len(res[n]) + (len(by[n]["tuning"]["grid"]) - 1 if by[n]["tuning"] else 0) for n in names
     )
+    cpu_total = sum(
+        sum(x["cpu_s"] for x in res[n]) for n in names
+    )  # the seed fits only; tuning fits are in the per-unit memos
+    tiny_note = f"; tiny: {TINY_USERS} random users" if ctx.scale == "tiny" else ""
     notes = [
         f"ML-100K from recbole 1.2.1 ({n_users} users, {n_items} items, {n_inter} "
-        f"interactions{'; tiny: 200 random users' if ctx.scale == 'tiny' else ''}), per-user "
+        f"interactions{tiny_note}), per-user "
         "chronological 80/10/10; full ranking, train and validation items masked.",
-        f"{len(seeds)} seeds; every system max {passes} passes (one pass = as many BPR triplets as "
-        "training interactions), best validation NDCG@20 kept (patience 20).",
+        f"{len(seeds)} seeds; every system up to {st['passes']} passes (one pass = as many BPR "
+        f"triplets as training interactions), stopped after {st['patience']} passes without a "
+        "gain in validation NDCG@20, best pass restored; the same rule for every system.",
+        "Tuning: "
+        + (
+            f"each tuned system's one hyper-parameter (TUNE in claim.py) by the bracketing tuner "
+            f"on seed {seeds[0]} at the same passes and stopping rule, 3 start points, "
+            f"{EXTEND_BY} more at the best edge up to {st['cap']} times; the best fit is the "
+            f"seed-{seeds[0]} run. {n_fits} fits in all."
+            if st["tune"]
+            else "none (--opt tune=0): the fixed values of SYSTEMS."
+        ),
         "Semantics: "
         + (
             "hashing bag-of-words encoder (tiny)"
@@ -445,137 +389,73 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
             else ""
         )
         + "); the paper embeds LLM-written attributes and profiles.",
-        "Headline: per seed, CCLRec NDCG@20 / best of "
+        f"Target 1: CCLRec / best baseline ({best}, the highest mean test NDCG@20 of "
         + ", ".join(present)
-        + "; spread = min/max over seeds.",
+        + f") = {ci_text(t_base)}. "
+        + (
+            f"Target 2 (consensus weighting): CCLRec / {EQUAL} = {ci_text(t_equal)}. "
+            "Headline = the smaller ratio with the smaller ends of the two intervals (both must "
+            "hold). "
+            if t_equal is not None
+            else f"Target 2 not measured ({EQUAL} not run). "
+        )
+        + "Intervals: 95% clustered bootstrap, seeds then test users.",
         "The paper publishes no numbers (abstract + code only); this tests the direction only.",
+        f"CPU time of the seed fits: {cpu_total / 60:.1f} CPU-min.",
     ]
-    logs = [by[n]["tune_log"] for n in names if by[n]["tune_log"]]
-    if logs:
+    if NO_CL in names:
+        t_cl = ratio_ci(res, method, NO_CL, ctx.seed)
         notes.append(
-            f"Retuned on seed {ctx.seed}, 3 trials per system (CCLRec variants search CCLRec's "
-            f"grid), {st['tune_passes']} passes each, by validation NDCG@20: " + " | ".join(logs)
+            f"Contrastive loss: CCLRec / {NO_CL} (BPR + the LLMRec-style encoder only) = "
+            f"{ci_text(t_cl)}."
         )
-    mean20 = {n: float(np.mean([x["ndcg@20"] for x in res[n]])) for n in names}
-    if "CCLRec permuted semantics" in names and "CCLRec" in names:
-        perm_r, real_r = mean20["CCLRec permuted semantics"], mean20["CCLRec"]
+    for n in names:
+        tun = by[n]["tuning"]
+        if tun:
+            grid = ", ".join(
+                f"{g:.3g}: {s:.4f}" for g, s in zip(tun["grid"], tun["scores"], strict=True)
+            )
+            notes.append(
+                f"Tuned {n} {tun['param']} (validation NDCG@20): {grid}; picked {tun['best']:.3g}"
+                + ("" if tun["interior"] else " — at the grid's edge")
+                + "."
+            )
+            if tun.get("note"):
+                notes.append(tun["note"])
+    if "CCLRec permuted semantics" in names:
         notes.append(
-            f"Permuted item semantics: NDCG@20 {perm_r:.4f} vs {real_r:.4f} with real semantics"
-            + (" — the gain does not come from the semantics." if perm_r >= real_r else ".")
-        )
-    if "CCLRec w±=1" in names and "CCLRec" in names:
-        gap = mean20["CCLRec"] - mean20["CCLRec w±=1"]
-        notes.append(
-            f"Consensus weighting: CCLRec NDCG@20 {mean20['CCLRec']:.4f} vs {mean20['CCLRec w±=1']:.4f}"
-            " with w+ = w- = 1"
-            + (" — the weights add nothing measurable here." if gap <= 0.002 else ".")
+            f"Permuted item semantics: NDCG@20 {mean20['CCLRec permuted semantics']:.4f} vs "
+            f"{mean20['CCLRec']:.4f} with real semantics."
         )
     if "MostPop" in names:
-        weak = [n for n in present if mean20[n] < mean20["MostPop"]]
+        weak = [n for n in present if mean20[n] <= mean20["MostPop"]]
         if weak:
-            notes.append(
-                "Below MostPop, so probably under-trained at this pass budget (not a fair "
-                "comparison point): " + ", ".join(weak) + "."
-            )
-    for n in names:
-        rates = res[n][0]["rates"] if res[n] else {}
-        if rates and rates.get("sem_neg_pass", 1.0) < 0.01:
-            notes.append(
-                f"{n}: almost no item passes the semantic-negative test (cos < 0.3) with this "
-                "embedder, so semantic negatives are random fallbacks (trap 5)."
-            )
-            break
+            notes.append("At or below MostPop: " + ", ".join(weak) + ".")
+    sem_pass = res[method][0]["rates"].get("sem_neg_pass", 1.0)
+    if sem_pass < 0.01:
+        notes.append(
+            "Almost no item passes the semantic-negative test (cos < 0.3) with this embedder, "
+            "so semantic negatives are random fallbacks (trap 5)."
+        )
     figs = figures.all_figures(
         ctx.out_dir,
         names,
         res,
-        {n: by[n]["curve"] for n in names},
-        {n: by[n]["pop_hits"] for n in names},
+        {n: res[n][0]["curve"] for n in names},
+        {n: res[n][0].get("pop_hits") for n in names},
         method,
         present,
     )
+    tuning = {n: by[n]["tuning"] for n in names if by[n]["tuning"]}
     return Result(
         rows=rows,
-        headline=Measure(
-            "NDCG@20 CCLRec / best baseline",
-            float(ratios.mean()),
-            "x",
-            (float(ratios.min()), float(ratios.max())),
-            higher_is_better=True,
-        ),
+        headline=Measure(headline_name, float(value), "x", tuple(spread), higher_is_better=True),
         target=TARGET,
         notes=notes,
         figures=figs,
-        power=power_checks(
-            {n: [x["ndcg@20"] for x in res[n]] for n in names}, [*present, method], method
-        ),
+        power=power_checks(res, present, method, seed=ctx.seed),
+        tuning=tuning or None,
     )
-
-
-EQUAL = "CCLRec w±=1"
-
-
-def power_checks(ndcg: dict[str, list[float]], compared: list[str], method: str) -> list:
-    """Control, floor and degeneracy from per-seed test NDCG@20 (``{system: [per seed]}``).
-
-    Control: LightGCN above MostPop beyond both seed ranges (min/max). Floor: MostPop; some
-    compared system (the method or a baseline) must lie above its seed range. Degeneracy: does the
-    consensus weighting change the score? CCLRec's and the equal-weight arm's seed ranges must be
-    disjoint (1 of 1 "decision"); overlapping ranges = the weights score the same as none.
-    """
-    from icml26.core import power
-
-    def rng(n):
-        return (min(ndcg[n]), max(ndcg[n]))
-
-    def mean(n):
-        return float(np.mean(ndcg[n]))
-
-    checks = []
-    if "LightGCN" in ndcg and "MostPop" in ndcg:
-        checks.append(
-            power.control(
-                "LightGCN",
-                mean("LightGCN"),
-                "MostPop",
-                mean("MostPop"),
-                spread=rng("LightGCN"),
-                null_spread=rng("MostPop"),
-                metric="test NDCG@20 (seed range)",
-            )
-        )
-    else:
-        checks.append(power.not_measured("control", "LightGCN or MostPop not among the systems"))
-    if "MostPop" in ndcg:
-        checks.append(
-            power.floor(
-                {n: mean(n) for n in compared},
-                "MostPop",
-                mean("MostPop"),
-                spreads={n: rng(n) for n in compared},
-                floor_spread=rng("MostPop"),
-                metric="test NDCG@20",
-            )
-        )
-    else:
-        checks.append(power.not_measured("floor", "MostPop not among the systems"))
-    if EQUAL in ndcg and method in ndcg and method != EQUAL:
-        (a_lo, a_hi), (b_lo, b_hi) = rng(method), rng(EQUAL)
-        disjoint = a_hi < b_lo or b_hi < a_lo
-        checks.append(
-            power.degeneracy(
-                (method, EQUAL),
-                int(disjoint),
-                1,
-                what=(
-                    f"test NDCG@20 seed ranges disjoint ({method} [{a_lo:.4f}, {a_hi:.4f}] vs "
-                    f"{EQUAL} [{b_lo:.4f}, {b_hi:.4f}], {len(ndcg[method])} seeds)"
-                ),
-            )
-        )
-    else:
-        checks.append(power.not_measured("degeneracy", f"{EQUAL} not among the systems"))
-    return checks
 
 
 def run(ctx: RunContext) -> Result:

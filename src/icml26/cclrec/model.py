@@ -242,6 +242,8 @@ class CCLRec(Recommender):
         ep, en = ig[p] + self._side("item", p), ig[n] + self._side("item", n)
         bpr = -F.logsigmoid((eu * (ep - en)).sum(-1) + 1e-8).mean()
         l2 = 0.5 * (eu.pow(2).sum() + ep.pow(2).sum() + en.pow(2).sum()) / len(u)
+        if self.cl_weight == 0:  # the BPR-only control: skip the InfoNCE (the sampler ran)
+            return bpr + self.reg * l2
         k = smp.rand_pos.shape[1]
         cols = {
             "structural": [smp.struct_pos],

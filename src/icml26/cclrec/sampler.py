@@ -236,6 +236,7 @@ class ConsensusSampler:
         stats = {
             "pos_consensus": float(pos_hit.mean()),
             "neg_consensus": float(neg_hit.mean()),
+            "any_consensus": float((pos_hit | neg_hit).mean()),
             "struct_neg_pass": float(ok_s.mean()),
             "sem_neg_pass": float(ok_m.mean()),
             "struct_neg_fallback": float(1 - found_s.mean()),
