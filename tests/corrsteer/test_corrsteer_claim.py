@@ -61,6 +61,14 @@ def test_source_option_and_the_bbq_default_without_bigbench(tmp_path, monkeypatc
     with pytest.raises(UserError, match=r"--opt source='mmlu2': choose from \['mmlu', 'bigbench'\]"):
         settings(source="mmlu2")
     assert settings()["source"] == "mmlu" and settings(source="bigbench")["source"] == "bigbench"
+    S = settings()
+    assert S["layers"] == [8, 15, 22] and S["train"].d_sae == 4096 and S["splits"].n_test == 300
+    assert S["select_token"] == 0 and S["coef_grid"] == (0.5, 1.0, 2.0, 3.0) and S["caa_grid"][-1] == 32.0
+    assert C._settings(RunContext(scale="small", seed=0, out_dir=tmp_path, options={}), 24)["layers"] == [6, 12, 18]
+    with pytest.raises(UserError, match="select_token"):
+        settings(select_token="2")
+    with pytest.raises(UserError, match="coef_grid"):
+        settings(coef_grid="1,-2")
     monkeypatch.setattr(C, "bigbench_local", lambda: False)
     S = settings()  # BBQ is a default part, but its data is not here: skipped with a note
     assert S["parts"] == ["mmlu"] and "BBQ part not run" in S["skipped"][0]

@@ -86,7 +86,8 @@ def _settings(ctx: RunContext, n_layers: int) -> dict:
                   probe=0, max_tasks=2, parts=["mmlu"], bbq_splits=Splits(24, 8, 16), sft=[],
                   sft_epochs=1, sft_seeds=1, refusal_seeds=1, benign=16, refusal_tokens=8,
                   coef_grid=(1.0, 3.0), caa_grid=(2.0, 32.0)),  # short grids: tiny stays < 60 CPU-s
-        small=dict(layers=[round(f * n_layers) for f in SMALL_LAYER_FRACTIONS],  # SmolLM2 (30): 8, 15, 22 train=TrainConfig(d_sae=4096, k=32, epochs=3, batch_size=512, lr=5e-4),
+        small=dict(layers=[round(f * n_layers) for f in SMALL_LAYER_FRACTIONS],  # SmolLM2 (30): 8, 15, 22
+                   train=TrainConfig(d_sae=4096, k=32, epochs=3, batch_size=512, lr=5e-4),
                    n_train=50_000, n_eval=10_000, splits=Splits(500, 150, 300), seeds=[0, 1, 2],
                    n_random=5, probe=20, max_tasks=6, parts=["mmlu", "bbq"], bbq_splits=Splits(400, 100, 300),
                    sft=["mmlu", "bbq"], sft_epochs=1, sft_seeds=1, refusal_seeds=3, benign=140,
