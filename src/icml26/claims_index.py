@@ -363,8 +363,10 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # estimate: 1 split seed, 32 test items, one layer
-            "small": 45,  # estimate: docs/corrsteer.md parts: MMLU ~6 CPU-min (SAEs included), BBQ
-                          # ~7 + 15 (SFT), MMLU's SFT ~15 like BBQ's
+            # measured 2026-12-07 (docs/corrsteer.md, fp32, SAEs cached, BBQ skipped without
+            # BIG-bench): MMLU with the issue-39 defaults and sft=none 15.5 CPU-min; MMLU's SFT
+            # unit ~25 CPU-min; the SAE stage ~6 CPU-min when not cached
+            "small": 47,
         },
     ),
     Claim(
