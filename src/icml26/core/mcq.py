@@ -81,6 +81,23 @@ class MCQItem:
         return self.prompt if self.prompt is not None else f"Question: {self.question}\nAnswer:"
 
 
+def even_quota(sizes: dict[str, int], n: int) -> dict[str, int]:
+    """How many of ``n`` items to take from each source, as evenly as the sources' ``sizes``
+    allow (a small source gives all it has, the rest share its remainder); a ``UserError`` when
+    all the sources together hold fewer than ``n``."""
+    if sum(sizes.values()) < n:
+        raise UserError(f"{list(sizes)} hold {sum(sizes.values())} items; {n} are needed")
+    quota, left = dict.fromkeys(sizes, 0), n
+    while left:
+        open_ = [t for t in sizes if quota[t] < sizes[t]]
+        share = max(1, left // len(open_))
+        for t in open_:
+            take = min(share, sizes[t] - quota[t], left)
+            quota[t] += take
+            left -= take
+    return quota
+
+
 # ----------------------------------------------------------------------------- BIG-bench files
 
 def bigbench_dir() -> Path:

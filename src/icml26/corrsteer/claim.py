@@ -181,20 +181,10 @@ def choose_tasks(model, tok, n_probe: int, max_tasks: int, need: int, seed: int,
 
 def _pool(tasks, n: int, seed: int):
     """``n`` items spread as evenly as the tasks' sizes allow, shuffled (seeded)."""
-    from icml26.core.mcq import bigbench_task_sizes, load_bigbench
+    from icml26.core.mcq import bigbench_task_sizes, even_quota, load_bigbench
 
     all_sizes = bigbench_task_sizes()
-    sizes = {t: all_sizes[t] for t in tasks}
-    if sum(sizes.values()) < n:
-        raise UserError(f"tasks {list(tasks)} hold {sum(sizes.values())} items; {n} are needed")
-    quota, left = dict.fromkeys(tasks, 0), n
-    while left:
-        open_ = [t for t in tasks if quota[t] < sizes[t]]
-        share = max(1, left // len(open_))
-        for t in open_:
-            take = min(share, sizes[t] - quota[t], left)
-            quota[t] += take
-            left -= take
+    quota = even_quota({t: all_sizes[t] for t in tasks}, n)
     items = []
     for t in tasks:
         items += load_bigbench(t, max_items=quota[t], seed=seed)
