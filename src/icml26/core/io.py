@@ -93,13 +93,25 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
     if "r" in mode or "a" in mode or "+" in mode:
         raise ValueError(f"atomic_open writes whole files; mode must be 'w' or 'wb', got {mode!r}")
     path = Path(path)
+    fd, tmp = _sibling(path)
+    with _publish(tmp, path), os.fdopen(fd, mode, **kwargs) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sibling(path: Path) -> tuple[int, str]:
+    """A new temporary file next to ``path`` (its folder created): ``(fd, name)``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
+@contextlib.contextmanager
+def _publish(tmp: str, path: Path) -> Iterator[None]:
+    """On a clean exit give ``tmp`` the usual permissions and move it over ``path``; on any
+    exception (``KeyboardInterrupt`` included) remove ``tmp`` and leave ``path`` as it was."""
     try:
-        with os.fdopen(fd, mode, **kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
+        yield
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
@@ -116,17 +128,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     If the ``with`` body raises, the temporary file is removed and ``path`` is left as it was.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _sibling(path)
     os.close(fd)
-    try:
+    with _publish(tmp, path):
         yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager
