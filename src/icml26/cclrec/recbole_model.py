@@ -53,15 +53,16 @@ def numpy2_aliases() -> None:
 
 def check_pandas() -> None:
     """RecBole 1.2.1's dataset code assigns through chained indexing, which pandas >= 3
-    (copy-on-write) turns into errors: refuse early with what works (tested: pandas 2.2.3 with
-    numpy 1.26.4)."""
+    (copy-on-write) turns into errors or silent no-ops: refuse early with what works (tested:
+    pandas 2.3.3 with numpy 2.4 and 2.2.3 with numpy 1.26.4)."""
     import pandas as pd
 
     if int(pd.__version__.split(".")[0]) >= 3:
         raise UserError(
             f"RecBole 1.2.1 does not run with pandas {pd.__version__} (its dataset code relies on "
             "chained assignment, an error under pandas >= 3); use pandas < 3 (tested: pandas "
-            "2.2.3 with numpy 1.26.4)"
+            "2.3.3 with numpy 2.4, and 2.2.3 with numpy 1.26.4; `make setup` puts pandas 2.3.3 in "
+            "$VENV/pandas2 for PYTHONPATH)"
         )
 
 
