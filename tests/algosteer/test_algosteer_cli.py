@@ -57,3 +57,29 @@ def test_run_through_a_core_chat_stub(tmp_path):
     assert "4 rows" in res.output and "0 pass" in res.output  # an echoed prompt is no program
     res = runner.invoke(app, [*args[:-1], "3"])  # another config on the same log
     assert res.exit_code != 0 and "another configuration" in str(res.exception)
+
+
+def test_export_score_and_promptfoo_commands(tmp_path):
+    import json
+
+    import yaml
+
+    cfg = GridConfig(tasks=("fib",), cues=("none", "performance"), samples=2)
+    rows = run_grid(SeededStub(), cfg, tmp_path / "runs.jsonl")
+    res = runner.invoke(app, ["export", str(tmp_path / "runs.jsonl"), "-o", str(tmp_path / "s.jsonl")])
+    assert res.exit_code == 0 and "wrote 4 samples" in res.output, res.output
+    res = runner.invoke(app, ["score", str(tmp_path / "s.jsonl"), "-o", str(tmp_path / "b.jsonl"),
+                              "--model", "mine"])
+    assert res.exit_code == 0, res.output
+    assert f"4 rows in {tmp_path / 'b.jsonl'}; {sum(r['outcome'] == 'pass' for r in rows)} pass" in res.output
+    res = runner.invoke(app, ["promptfoo", "-o", str(tmp_path / "pf.yaml"), "--tasks", "fib,tree",
+                              "--cues", "none,naming", "--samples", "3",
+                              "--provider", "openai:chat:qwen"])
+    assert res.exit_code == 0, res.output
+    doc = yaml.safe_load((tmp_path / "pf.yaml").read_text())
+    assert [p["id"] for p in doc["providers"]] == ["openai:chat:qwen"]
+    assert [t["description"] for t in doc["tests"]] == ["fib/none", "fib/naming", "tree/none", "tree/naming"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"task_id": "algosteer/fib", "solution": "x"}) + "\n{oops\n")
+    res = runner.invoke(app, ["score", str(bad), "-o", str(tmp_path / "c.jsonl")])
+    assert res.exit_code != 0 and "bad.jsonl:2: not JSON" in str(res.exception)

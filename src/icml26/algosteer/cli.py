@@ -132,3 +132,70 @@ def stats(
     for k, v in summary.items():
         typer.echo(f"{k}: {v}")
     typer.echo(f"wrote {out / 'table.json'} and {len(figs)} figures")
+
+
+@app.command("export")
+def export_cmd(
+    log: Annotated[Path, typer.Argument(help="A run log written by `algosteer run`.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="samples.jsonl to write.")],
+) -> None:
+    """Write a run log's programs as EvalPlus-style samples (task_id, solution, cue, sample)."""
+    from icml26.algosteer.runlog import read_rows
+    from icml26.algosteer.samples import export_samples
+
+    _, rows = read_rows(log)
+    export_samples(rows, out)
+    typer.echo(f"wrote {len(rows)} samples to {out}")
+
+
+@app.command()
+def score(
+    samples: Annotated[
+        Path,
+        typer.Argument(help="samples.jsonl (task_id + solution|completion), or promptfoo "
+                       "`eval --output` JSON (.json)."),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run log (JSONL); resumed if present.")],
+    model: Annotated[str, typer.Option(help="Label for the model that wrote the samples.")] = "",
+    temperature: Annotated[float, typer.Option(help="Label: the samples' temperature.")] = 0.8,
+    time_s: Annotated[float, typer.Option(help="Functional-test wall limit (s).")] = 5.0,
+    mem_mb: Annotated[int, typer.Option(help="Address-space limit per program (MiB).")] = 512,
+    workers: Annotated[int, typer.Option(help="Sandbox processes.")] = 2,
+    force: Annotated[bool, typer.Option(help="Overwrite a log of another configuration.")] = False,
+) -> None:
+    """Gate (sandboxed tests) and label your own generations into a run log for `stats`."""
+    from icml26.algosteer.samples import read_promptfoo, read_samples, score_samples
+
+    s = read_promptfoo(samples) if samples.suffix == ".json" else read_samples(samples)
+    rows = score_samples(
+        s, out, model=model, temperature=temperature, time_s=time_s, mem_mb=mem_mb,
+        workers=workers, force=force,
+    )
+    n_pass = sum(r["outcome"] == "pass" for r in rows)
+    typer.echo(f"{len(rows)} rows in {out}; {n_pass} pass the functional tests")
+
+
+@app.command()
+def promptfoo(
+    out: Annotated[Path, typer.Option("--out", "-o", help="promptfooconfig.yaml to write.")],
+    tasks: Annotated[str, typer.Option(help="Comma-separated task names.")] = "fib,tree,dedup",
+    cues: Annotated[str, typer.Option(help="Comma-separated cue ids.")] = (
+        "none,none_resampled,performance,readability,memo_semantic,memo_surface,team_name,naming"
+    ),
+    samples: Annotated[int, typer.Option(help="Repeats per (task, cue) cell.")] = 20,
+    provider: Annotated[
+        list[str] | None, typer.Option(help="promptfoo provider id (repeatable).")
+    ] = None,
+    temperature: float = 0.8,
+    max_tokens: int = 160,
+) -> None:
+    """Write the task x cue grid as a promptfoo config; score its results with `score`."""
+    from icml26.algosteer.samples import promptfoo_config
+
+    promptfoo_config(
+        _split(tasks), _split(cues), samples, out,
+        providers=tuple(provider or ("openai:chat:MODEL",)),
+        temperature=temperature, max_tokens=max_tokens,
+    )
+    typer.echo(f"wrote {out}: promptfoo eval -c {out} --output results.json, then "
+               f"icml26 algosteer score results.json -o runs.jsonl")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from icml26.algosteer.backends import Generation
-from icml26.algosteer.classify import label_reply
+from icml26.algosteer.classify import classify, label_reply
 from icml26.algosteer.cues import build_messages, get_cue
 from icml26.algosteer.runlog import RunLog
 from icml26.algosteer.sandbox import Limits, SandboxPool, calibrate_limits
@@ -186,7 +186,11 @@ def _score(part, reqs, gens: list[Generation], pool, base, large, config, info, 
     labelled = []
     for (t, c, i), (msgs, seed), g in zip(part, reqs, gens, strict=True):
         task = get_task(t)
-        code, family, evidence = label_reply(g.text, task)
+        if g.meta.get("kind") == "solution":  # a program as given (samples.jsonl `solution`)
+            code = g.text
+            family, evidence = classify(code, task)
+        else:
+            code, family, evidence = label_reply(g.text, task)
         labelled.append((t, c, i, msgs, seed, g, task, code, family, evidence))
     outcomes = list(
         pool.imap(
