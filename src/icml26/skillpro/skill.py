@@ -4,20 +4,33 @@ A :class:`Skill` is a procedural option: an *initiation* condition (when to use 
 3-5 steps, and a *termination* condition, plus the statistics Skill-Pro's credit assignment keeps
 (``freq``, ``total_gain``, ``avg_gain = total_gain / freq``, ``maturity`` = iterations survived).
 
-SKILL.md layout (the Agent Skills convention)::
+SKILL.md layout (the Agent Skills format, https://agentskills.io/specification; the body is what
+an agent reads once the skill activates, so it states activation, steps and termination)::
 
     ---
     name: hypothesis-elimination        # kebab-case, <= 64 chars, equals the folder name
-    description: <initiation>           # <= 1024 chars
-    metadata:
-      termination: ...
-      freq: 0
-      total_gain: 0.0
+    description: <initiation>           # <= 1024 chars: when to use it (what agents match on)
+    metadata:                           # string -> string, as the format requires
+      freq: '0.0'
+      total_gain: '0.0'
       ...
     ---
+    # hypothesis-elimination
+
+    ## When to use
+    <initiation>
+
+    ## Steps
     1. first step
     2. second step
     3. third step
+
+    ## When to stop
+    <termination>
+
+Import needs the steps (under ``## Steps``, or numbered lines before the first section) and a
+``## When to stop`` section (``## Termination`` is read too); metadata values are parsed back to
+numbers and a bad one is an error naming the field.
 """
 
 from __future__ import annotations
@@ -120,36 +133,78 @@ class Skill:
         )
 
 
-_META_KEYS = (
-    "termination",
-    "freq",
-    "total_gain",
-    "maturity",
-    "version",
-    "parent",
-    "born",
-    "cooldown",
-)
+#: credit statistics kept in ``metadata`` (as strings) -> their Python type
+_META_TYPES = {
+    "freq": float,
+    "total_gain": float,
+    "maturity": int,
+    "version": int,
+    "parent": str,
+    "born": int,
+    "cooldown": int,
+}
+_STOP_HEADINGS = ("when to stop", "termination")
+_STEP_HEADINGS = ("steps",)
+
+
+def _meta_str(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _escape(line: str) -> str:
+    """A text line that could read as a heading (or an escape) gets a leading backslash."""
+    return "\\" + line if line.startswith(("#", "\\")) else line
+
+
+def _unescape(line: str) -> str:
+    return line[1:] if line.startswith("\\") else line
 
 
 def skill_md(skill: Skill) -> str:
-    """The SKILL.md text of ``skill`` (YAML front matter + numbered steps)."""
+    """The SKILL.md text of ``skill``: front matter (name, description = initiation, string
+    metadata) and a body with the activation, the numbered steps and the termination."""
     import yaml
 
     d = skill.to_dict()
-    front = {
-        "name": skill.name,
-        "description": skill.initiation,
-        "metadata": {k: d[k] for k in _META_KEYS},
-    }
-    body = "\n".join(f"{i + 1}. {s}" for i, s in enumerate(skill.steps))
+    meta = {k: _meta_str(d[k]) for k in _META_TYPES if d[k] is not None}
+    front = {"name": skill.name, "description": skill.initiation, "metadata": meta}
+    steps = "\n".join(f"{i + 1}. {s}" for i, s in enumerate(skill.steps))
+    body = (
+        f"# {skill.name}\n\n## When to use\n{_escape(skill.initiation)}\n\n## Steps\n{steps}\n\n"
+        f"## When to stop\n{_escape(skill.termination)}\n"
+    )
     return (
         "---\n"
         + yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=10**6)
         + "---\n"
         + body
-        + "\n"
     )
+
+
+def _sections(body: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The body's lines before the first ``## `` heading, and each ``## `` section's lines."""
+    pre: list[str] = []
+    sections: dict[str, list[str]] = {}
+    cur = pre
+    for line in body.splitlines():
+        if line.startswith("## "):
+            cur = sections.setdefault(line[3:].strip().lower(), [])
+        else:
+            cur.append(line)
+    return pre, sections
+
+
+def _meta_value(key: str, raw, path) -> object:
+    typ = _META_TYPES[key]
+    if typ is str:
+        return None if raw in (None, "", "None") else str(raw)
+    try:
+        return typ(str(raw))
+    except ValueError:
+        raise UserError(
+            f"{path}: metadata.{key} must be {'an integer' if typ is int else 'a number'}; "
+            f"got {raw!r}"
+        ) from None
 
 
 def parse_skill_md(text: str, path: str | Path = "<SKILL.md>", folder: str | None = None) -> Skill:
@@ -178,8 +233,12 @@ def parse_skill_md(text: str, path: str | Path = "<SKILL.md>", folder: str | Non
     meta = front.get("metadata") or {}
     if not isinstance(meta, dict):
         raise UserError(f"{path}: 'metadata' must be a mapping")
+    pre, sections = _sections(m.group(2))
+    step_lines = next((sections[h] for h in _STEP_HEADINGS if h in sections), None)
+    if step_lines is None:  # numbered lines before any section (a minimal hand-written file)
+        step_lines = [x for x in pre if not x.startswith("# ")]
     steps = []
-    for line in m.group(2).splitlines():
+    for line in step_lines:
         if not line.strip():
             continue
         sm = _STEP_RE.match(line)
@@ -188,12 +247,24 @@ def parse_skill_md(text: str, path: str | Path = "<SKILL.md>", folder: str | Non
         steps.append(sm.group(2))
     if not MIN_STEPS <= len(steps) <= MAX_STEPS:
         raise UserError(f"{path}: {len(steps)} steps; expected {MIN_STEPS}-{MAX_STEPS}")
-    kw = {k: meta[k] for k in _META_KEYS if k in meta}
-    kw.setdefault("termination", "the current sub-goal is reached")
-    if not isinstance(kw["termination"], str):
-        raise UserError(f"{path}: metadata.termination must be a string")
+    stop = next((sections[h] for h in _STOP_HEADINGS if h in sections), None)
+    termination = " ".join(_unescape(x.strip()) for x in stop or () if x.strip())
+    if not termination:
+        hint = (
+            " (metadata.termination is the old layout: move it into the body)"
+            if "termination" in meta
+            else ""
+        )
+        raise UserError(
+            f"{path}: no '## When to stop' section with the termination condition{hint}; an "
+            "agent reads only the body, so a skill must say there when it is done"
+        )
+    kw = {k: _meta_value(k, meta[k], path) for k in _META_TYPES if k in meta}
     try:
-        return Skill(name=name, initiation=front["description"], steps=tuple(steps), **kw)
+        return Skill(
+            name=name, initiation=front["description"], steps=tuple(steps),
+            termination=termination, **kw,
+        )
     except (TypeError, ValueError) as e:
         raise UserError(f"{path}: {e}") from None
 
