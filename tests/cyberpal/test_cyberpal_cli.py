@@ -64,3 +64,27 @@ def test_errors_are_one_line(tmp_path):
     r = runner.invoke(app, ["build", "--tasks", "cve2cwe", "--records", str(csv), "-o",
                             str(tmp_path / "y.jsonl")])
     assert r.exit_code == 2 and "unknown CWE id(s)" in r.output and "line 2" in r.output
+
+
+def test_export_hf_and_lm_eval_task_commands(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    data = tmp_path / "d.jsonl"
+    r = runner.invoke(app, ["build", "--tasks", "attack_qa", "-o", str(data)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["export-hf", str(data), "-o", str(tmp_path / "ds")])
+    assert r.exit_code == 0, r.output
+    ds = datasets.load_dataset(str(tmp_path / "ds"), split="train")
+    assert len(ds) == len(data.read_text().splitlines())
+    assert "Build report" in (tmp_path / "ds" / "README.md").read_text()  # from d.jsonl.work
+    r = runner.invoke(app, ["lm-eval-task", "-o", str(tmp_path / "t"), "--split", "id"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "t" / "icml26_cve2cwe_rank.yaml").is_file()
+    assert (tmp_path / "t" / "cve2cwe_id_test.jsonl").read_text().count("\n") > 10
+    r = runner.invoke(app, ["lm-eval-task", "-o", str(tmp_path / "t"), "--split", "test"])
+    assert r.exit_code != 0 and "--split must be id or ood; got 'test'" in r.output
+    (tmp_path / "e.jsonl").write_text('{"messages": [{"role": "user", "content": "x"}]}\n')
+    r = runner.invoke(app, ["export-hf", str(tmp_path / "e.jsonl"), "-o", str(tmp_path / "x")])
+    assert r.exit_code != 0 and "e.jsonl:1: not a chat record" in r.output

@@ -42,12 +42,11 @@ from icml26.cyberpal import enrich
 from icml26.cyberpal.catalog import cve_cwe_pairs, load_attack, load_cwe
 from icml26.cyberpal.evaluate import build_mcq, few_shot_messages, generate, rank_labels
 from icml26.cyberpal.formats import default_formats
+from icml26.cyberpal.release import PLAIN_SYSTEM
 from icml26.cyberpal.splits import SplitConfig, make_splits
 from icml26.cyberpal.train import SFTConfig, sft
 
 TARGET = 1.0
-PLAIN_SYSTEM = "You are a cybersecurity analyst. Map the vulnerability to its CWE weakness. " \
-               "Answer with the CWE id and name."
 
 
 def _sizes(ctx: RunContext) -> dict:

@@ -208,7 +208,7 @@ def eval_cmd(
             res["n"] = sum(len(x) for x in sets.values())
             typer.echo(json.dumps(res, indent=1))
             return
-        from icml26.cyberpal.claim import PLAIN_SYSTEM
+        from icml26.cyberpal.release import PLAIN_SYSTEM
 
         if split == "cti-rcm":
             ids = [x.cve_id for x in rcm]
@@ -245,3 +245,48 @@ def eval_cmd(
             preds = [parse_cwe(t) for t in generate(m, tok, chats)]
         out = score_cwe(preds, golds, cwe).summary()
         typer.echo(json.dumps({**out, **extra}, indent=1))
+
+
+@app.command("export-hf")
+def export_hf_cmd(
+    data: Annotated[Path, typer.Argument(help="Chat JSONL written by build (meta kept).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Dataset folder to write.")],
+    name: Annotated[str, typer.Option(help="Pretty name on the dataset card.")] =
+        "icml26 CyberPal SFT data",
+) -> None:
+    """DATA as a Hugging Face dataset folder: data/train.jsonl + a dataset card with the schema."""
+    with _user_errors():
+        from icml26.cyberpal.enrich import read_jsonl
+        from icml26.cyberpal.release import export_dataset
+
+        report = Path(str(data) + ".work") / "report.json"
+        rep = json.loads(report.read_text()) if report.is_file() else None
+        recs = read_jsonl(data)
+        export_dataset(recs, out, name=name, report=rep)
+        typer.echo(f"wrote {len(recs)} rows to {out}/data/train.jsonl and {out}/README.md; "
+                   f"datasets.load_dataset('{out}', split='train')")
+
+
+@app.command("lm-eval-task")
+def lm_eval_task_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the task YAMLs + items.")],
+    split: Annotated[str, typer.Option(help="id | ood (the catalogue's CVE -> CWE splits).")] =
+        "ood",
+    n_cwes: Annotated[int, typer.Option(help="Candidate CWEs (the most frequent).")] = 50,
+) -> None:
+    """CVE -> CWE as lm-eval tasks (rank: multiple_choice over the candidate CWEs; gen)."""
+    with _user_errors():
+        from icml26.core.errors import UserError
+        from icml26.cyberpal.catalog import load_cwe
+        from icml26.cyberpal.pipeline import catalogue_splits
+        from icml26.cyberpal.release import eval_rows, lm_eval_task
+        from icml26.cyberpal.splits import SplitConfig
+
+        if split not in ("id", "ood"):
+            raise UserError(f"--split must be id or ood; got {split!r}")
+        sp = catalogue_splits(SplitConfig(n_cwes=n_cwes))
+        rows = eval_rows(sp.id_test if split == "id" else sp.ood_test, sp.labels, load_cwe())
+        paths = lm_eval_task(rows, out, split=f"{split}_test")
+        typer.echo(f"wrote {len(rows)} items and {', '.join(p.name for p in paths[1:])} to "
+                   f"{out}; lm_eval --include_path {out} --tasks icml26_cve2cwe_rank "
+                   "--apply_chat_template ...")
