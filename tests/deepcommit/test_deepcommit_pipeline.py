@@ -4,6 +4,7 @@ continuous and isolated, interrupted by a real SIGINT and resumed) on a hand-bui
 import json
 import signal
 import subprocess
+import sys
 
 import pytest
 from deepcommit_gitutil import commit
@@ -232,3 +233,66 @@ def test_cli_run_and_score(data, tmp_path):
     assert json.loads(r.output) == {"score": 0.0, "resolve_rate": 0.0, "graded": 3}
     r = CliRunner().invoke(app, ["run", str(out), "--agent-cmd", "true", "--mode", "sideways"])
     assert isinstance(r.exception, UserError) and "sideways" in str(r.exception)
+
+
+def test_swebench_instances_and_predictions_round_trip(made, data, tmp_path):
+    """Each instance's test_patch + patch on its base_commit gives the milestone's end tree; its
+    FAIL_TO_PASS tests fail with the tests alone and pass with the gold patch; a gold-patch
+    agent's isolated run gives predictions equal to the gold patches."""
+    from typer.testing import CliRunner
+
+    from icml26.deepcommit.cli import app
+    from icml26.deepcommit.swebench import instances
+
+    _, repo, _ = made
+    out = data[0]
+    p = _patches(repo, out, tmp_path)
+    agent = f"if [ -s {p}/{{milestone}}.patch ]; then git apply {p}/{{milestone}}.patch; fi"
+    run_dataset(out, agent, tmp_path / "runs", ("isolated",), echo=lambda s: 0)
+    r = CliRunner().invoke(app, ["export", str(out), "--swebench", "-o", str(tmp_path / "i.jsonl"),
+                                 "--runs", str(tmp_path / "runs"), "--predictions",
+                                 str(tmp_path / "p.jsonl"), "--model", "gold", "--repo", "me/toy"])
+    assert r.exit_code == 0, r.output
+    inst = [json.loads(x) for x in (tmp_path / "i.jsonl").read_text().splitlines()]
+    preds = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [i["instance_id"] for i in inst] == ["me__toy__M002", "me__toy__M003", "me__toy__M004"]
+    assert {i["repo"] for i in inst} == {"me/toy"}
+    meta = json.loads((out / "metadata.json").read_text())["states"]
+    wt = tmp_path / "wt"
+    _git(out / "repo.git", "worktree", "add", "-q", "--detach", str(wt), meta["base"])
+    try:
+        for i in inst:
+            m = i["instance_id"].rsplit("__", 1)[1]
+            assert i["base_commit"] == meta["start"][m]
+            assert "tests/" not in i["patch"] and "pkg/" not in i["test_patch"]
+            f2p = json.loads(i["FAIL_TO_PASS"])
+            assert f2p and isinstance(json.loads(i["PASS_TO_PASS"]), list)
+            _git(wt, "checkout", "-q", "--detach", i["base_commit"])
+            _git(wt, "clean", "-qfdx")
+            subprocess.run(["git", "-C", str(wt), "apply"], input=i["test_patch"], text=True,
+                           check=True)
+            pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+            if m == "M004":  # the tests themselves, once (the tree equality below covers all)
+                before = subprocess.run([*pytest_cmd, *f2p], cwd=wt, capture_output=True)
+                assert before.returncode != 0  # the new tests fail without the change
+            subprocess.run(["git", "-C", str(wt), "apply"], input=i["patch"], text=True, check=True)
+            if m == "M004":
+                after = subprocess.run([*pytest_cmd, *f2p, *json.loads(i["PASS_TO_PASS"])],
+                                       cwd=wt, capture_output=True, text=True)
+                assert after.returncode == 0, after.stdout[-2000:]
+                assert len(json.loads(i["PASS_TO_PASS"])) == 2  # test_fa, test_fb keep passing
+            _git(wt, "add", "-A")
+            assert _git(wt, "diff", "--cached", "--stat", meta["end"][m]) == ""  # = end tree
+    finally:
+        _git(out / "repo.git", "worktree", "remove", "--force", str(wt))
+    assert [q["instance_id"] for q in preds] == [i["instance_id"] for i in inst]
+    assert all(q["model_name_or_path"] == "gold" for q in preds)
+    assert [q["model_patch"] for q in preds] == [i["patch"] for i in inst]
+    # errors name what is missing
+    r = CliRunner().invoke(app, ["export", str(out), "-o", str(tmp_path / "x.jsonl")])
+    assert r.exit_code != 0 and "--swebench" in str(r.exception)
+    with pytest.raises(UserError, match="no isolated-mode patches"):
+        from icml26.deepcommit.swebench import predictions
+
+        predictions(out, tmp_path / "nothing")
+    assert len(instances(out)) == 3

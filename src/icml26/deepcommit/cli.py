@@ -217,3 +217,41 @@ def score_cmd(
             indent=1,
         )
     )
+
+
+@app.command("export")
+def export_cmd(
+    data: Annotated[Path, typer.Argument(help="Dataset folder from `build --verify`.")],
+    swebench: Annotated[
+        bool, typer.Option("--swebench", help="SWE-bench task instances (JSONL), one per graded "
+                           "milestone.")
+    ] = False,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Instances JSONL to write.")] = Path(
+        "instances.jsonl"
+    ),
+    runs: Annotated[
+        Path | None, typer.Option(help="Runs folder of `deepcommit run` (isolated mode): also "
+                                  "write its patches as SWE-bench predictions.")
+    ] = None,
+    predictions: Annotated[
+        Path, typer.Option(help="Predictions JSONL to write (with --runs).")
+    ] = Path("predictions.jsonl"),
+    model: Annotated[str, typer.Option(help="model_name_or_path of the predictions.")] = "agent",
+    repo: Annotated[
+        str | None, typer.Option(help="Repository name for instance ids (default: the source "
+                                 "folder's name).")
+    ] = None,
+) -> None:
+    """Export a verified milestone dataset in another benchmark's format (--swebench)."""
+    from icml26.core.errors import UserError
+    from icml26.deepcommit import swebench as sb
+
+    if not swebench:
+        raise UserError("say which format: --swebench")
+    inst = sb.instances(data, repo=repo)
+    sb.write_jsonl(inst, out)
+    typer.echo(f"wrote {len(inst)} SWE-bench instances to {out}")
+    if runs is not None:
+        preds = sb.predictions(data, runs, model=model, repo=repo)
+        sb.write_jsonl(preds, predictions)
+        typer.echo(f"wrote {len(preds)} predictions to {predictions}")

@@ -175,7 +175,9 @@ def run_trial(
     state_key: dict | None = None,
     agent_log_dir: Path | str | None = None,
 ) -> dict:
-    """Run ``agent`` through the DAG; returns score_trial's dict plus ``log`` and ``outcomes``.
+    """Run ``agent`` through the DAG; returns score_trial's dict plus ``log``, ``outcomes`` and
+    ``patches`` (milestone -> the agent's source diff, tests excluded, from the tree it was
+    handed: in isolated mode the milestone's start commit).
 
     The agent works in a :class:`Workspace` (its own repository: it cannot read later states or
     hidden tests); each submission is fetched into a reused evaluation worktree of
@@ -217,7 +219,7 @@ def run_trial(
     tried: set = {by_name[k] for k in st["tried"]}
     idle = st["idle"]
     if st["stopped"]:
-        return _finish(spec, outcomes, graded, log)
+        return _finish(spec, outcomes, graded, log, st)
 
     def save(head: str) -> None:
         if not state_path:
@@ -265,7 +267,7 @@ def run_trial(
                     log.append(f"{m}: agent deleted .git; trial stopped")
                     st["stopped"] = True
                     save(pre)
-                    return _finish(spec, outcomes, graded, log)
+                    return _finish(spec, outcomes, graded, log, st)
                 if ok is False:
                     log.append(f"{m}: agent gave up or failed")
                     if mode == "continuous":  # its edits stay in the tree (kept on resume too)
@@ -274,6 +276,12 @@ def run_trial(
                     continue
                 done.add(m)
                 snap = work.snapshot(f"agent-impl-{m}")
+                # the agent's source change from the state it was handed (tests excluded): in
+                # isolated mode a SWE-bench `model_patch` against the milestone's start commit
+                st.setdefault("patches", {})[str(m)] = work.git(
+                    "diff", "--binary", "--no-color", "--no-ext-diff", pre, snap, "--", ".",
+                    *[f":(exclude){d}" for d in spec.test_dirs],
+                ).stdout
                 edited = work.git(
                     "diff", "--name-only", pre, snap, "--", *spec.test_dirs
                 ).stdout.split()
@@ -295,12 +303,13 @@ def run_trial(
     finally:
         work.close()
         evalwt.close()
-    return _finish(spec, outcomes, graded, log)
+    return _finish(spec, outcomes, graded, log, st)
 
 
-def _finish(spec, outcomes, graded, log) -> dict:
+def _finish(spec, outcomes, graded, log, st) -> dict:
     res = score_trial({m: spec.tests(m) for m in graded}, outcomes, graded)
     res["log"], res["outcomes"] = log, outcomes
+    res["patches"] = dict(st.get("patches", {}))
     return res
 
 

@@ -7,6 +7,8 @@ The folder must come from ``deepcommit build --verify``: ``metadata.json`` holds
     RUNS/<mode>/state.json        resumable state, rewritten atomically after every milestone
     RUNS/<mode>/result.json       score, resolve rate, per-milestone scores, log (when finished)
     RUNS/<mode>/outcomes.json     test outcomes in the format ``deepcommit score`` reads
+    RUNS/<mode>/patches.json      the agent's source diff per milestone from the state it was
+                                  handed (isolated: SWE-bench predictions, ``export --swebench``)
     RUNS/<mode>/agent/<m>.log     the agent command, its exit status and output
     RUNS/summary.json             both modes and continuous / isolated
 
@@ -149,6 +151,7 @@ def run_dataset(
         atomic_write_json(
             d / "outcomes.json", {str(m): _outcome_json(o) for m, o in res["outcomes"].items()}
         )
+        atomic_write_json(d / "patches.json", res["patches"])
         atomic_write_json(d / "result.json", summ)
         echo(
             f"{mode}: score {res['score']:.2f}, resolve rate {res['resolve_rate']:.2f} "
