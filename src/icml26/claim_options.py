@@ -333,6 +333,12 @@ SKILLPRO = (
     Opt("embed", "choice", "skill retrieval: MiniLM embeddings, or none = the newest skills "
         "(minilm; tiny always none)", choices=("minilm", "none")),
     Opt("temperature", "float", "LLM agent: sampling temperature (0.7)", min=0),
+    Opt("env", "choice", "the game: Mastermind-v0 or GuessTheNumber-v0 (LLM agents only); "
+        "cross-task rows on its -hard variant (mastermind)", choices=("mastermind", "guess")),
+    Opt("precondition", "int", "episodes of the no-skill agent vs the random guesser played "
+        "first; the run stops uninformative if it is not better (LLM 20, scripted 0 = off)", min=0),
+    Opt("cross", "str", "another model that uses the trained Skill-Pro pool, frozen (cross-agent "
+        "rows; LLM agents only)"),
 )
 
 CYBERPAL = (

@@ -345,9 +345,38 @@ class ScriptedPolicy:
         return np.array(out)
 
 
+_GUESS_RULES_RE = re.compile(r"Guess the number between (\d+) and (\d+) in (\d+) turns")
+_GUESS_HIST_RE = re.compile(r"Guess \[(\d+)\]: the number is (higher|lower)\.")
+
+
+def parse_guess(obs: str):
+    """``(low, high, [(guess, "higher" | "lower"), ...])`` from a GuessTheNumber observation."""
+    m = _GUESS_RULES_RE.search(obs)
+    if m is None:
+        raise ValueError("not a GuessTheNumber observation")
+    hist = [(int(g), h) for g, h in _GUESS_HIST_RE.findall(obs)]
+    return int(m.group(1)), int(m.group(2)), hist
+
+
+def guess_candidates(low: int, high: int, hist) -> tuple[list[int], list[int]]:
+    """(every unguessed number in range, those consistent with every 'higher'/'lower')."""
+    guessed = {g for g, _ in hist}
+    lo, hi = low, high
+    for g, h in hist:
+        if h == "higher":
+            lo = max(lo, g + 1)
+        else:
+            hi = min(hi, g - 1)
+    allc = [x for x in range(low, high + 1) if x not in guessed]
+    return allc, [x for x in allc if lo <= x <= hi]
+
+
 class SolverPolicy:
-    """Reference players: ``"consistent"`` (first consistent code in a random order) or
-    ``"random"`` (a random valid unguessed code). Own RNG from the ``seed`` argument."""
+    """Reference players: ``"consistent"`` (a random code / number consistent with all feedback)
+    or ``"random"`` (a random valid unguessed code / number), for Mastermind and GuessTheNumber
+    (told apart by the observation). Own RNG from the ``seed`` argument. Neither is the skill a
+    good agent learns (bisection for GuessTheNumber): the consistent player is the control's
+    strong reference, the random one the floor."""
 
     def __init__(self, kind: str = "consistent"):
         if kind not in ("consistent", "random"):
@@ -355,6 +384,11 @@ class SolverPolicy:
         self.kind = kind
 
     def chat(self, messages, *, max_new_tokens=24, temperature=0.0, seed=None, stop=None):
-        allc, cons = consistent_codes(*parse_mastermind(messages[-1]["content"]))
-        code = random.Random(seed).choice(cons if self.kind == "consistent" and cons else allc)
+        obs = messages[-1]["content"]
+        rng = random.Random(seed)
+        if _GUESS_RULES_RE.search(obs):
+            allc, cons = guess_candidates(*parse_guess(obs))
+            return f"[{rng.choice(cons if self.kind == 'consistent' and cons else allc)}]"
+        allc, cons = consistent_codes(*parse_mastermind(obs))
+        code = rng.choice(cons if self.kind == "consistent" and cons else allc)
         return "[" + " ".join(map(str, code)) + "]"

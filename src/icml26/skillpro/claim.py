@@ -26,6 +26,15 @@ Options (``--opt key=value``):
   Mastermind-v0 and -hard seeds (defaults per scale; LLM small: 8, 5, 20, 10 as in the issue).
 * ``meta``: "1" (default for LLM agents) / "0": the meta-controller checks termination each step.
 * ``temperature``: the LLM agent's action temperature (default 0.7).
+* ``env``: "mastermind" (default; Mastermind-v0, cross-task -hard) or "guess" (GuessTheNumber-v0,
+  1..20 in 10 turns, where bisection is the skill; cross-task GuessTheNumber-v0-hard, 1..100 in 8;
+  LLM agents only).
+* ``precondition``: episodes of the no-skill agent (own seeds, its own agent) played first against
+  the random valid guesser on the same seeds (default 20 for LLM agents, 0 = off for the scripted
+  one). When it does not beat the guesser's 95% CI the run stops before any training and is
+  ``uninformative`` (the floor check, measured up front).
+* ``cross``: another model (zoo name / HF folder): the trained Skill-Pro pool is used, frozen, by
+  that model on the held-out seeds, beside it without skills (the cross-agent rows).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from icml26.core.claims import Measure, Result, RunContext
+from icml26.core.errors import UserError
 from icml26.core.plots import pyplot, save_figure
 from icml26.core.torchutil import bootstrap_ci
 from icml26.skillpro.agent import NaiveMemory, ScriptedPolicy, SkillAgent, SolverPolicy
@@ -90,10 +100,20 @@ def run(ctx: RunContext) -> Result:
     iters, eps_n = int(o.get("iters", iters)), int(o.get("episodes", eps_n))
     n_eval, n_hard = int(o.get("eval", n_eval)), int(o.get("hard", n_hard))
     seed = ctx.seed
+    game = o.get("env", "mastermind")
+    if game not in GAMES:
+        raise UserError(f"--opt env must be one of {', '.join(GAMES)}; got {game!r}")
+    if game == "guess" and not llm:
+        raise UserError("--opt env=guess needs a language-model agent (--opt agent=MODEL): the "
+                        "scripted policy plays Mastermind only")
+    n_pre = int(o.get("precondition", 20 if llm else 0))
+    cross = o.get("cross")
+    if cross and not llm:
+        raise UserError("--opt cross=MODEL needs a language-model agent (--opt agent=MODEL)")
     embed_fn = _Recency()
     if o.get("embed", "minilm") == "minilm" and ctx.scale != "tiny":
         from icml26.core.embed import embed as embed_fn  # noqa: F811
-    env_name, hard_name = "Mastermind-v0", "Mastermind-v0-hard"
+    env_name, hard_name = GAMES[game]
     env = make_env(env_name)
     train_seeds = [
         [10_000 + seed * 1000 + i * eps_n + k for k in range(eps_n)] for i in range(iters)
@@ -134,6 +154,13 @@ def run(ctx: RunContext) -> Result:
             cfg, agents[name], env, evolver, scorer=scorer if abl != "wo_ppo" else None,
             embed_fn=embed_fn,
         )
+    if n_pre:
+        pre_agent = SkillAgent(policy, None, seed=seed + 7919, temperature=temperature)
+        pre_agent.epsilon = SkillProConfig().eps_end
+        pre = precondition(pre_agent, env_name, n_pre, seed, llm)
+        ctx.progress.log(f"skillpro: precondition {pre['note']}")
+        if not pre["passed"]:
+            return _stopped(pre, spec, env_name, seed)
     curves = {name: [] for name in systems}
     tick = ctx.progress.task("skillpro: training iterations", total=iters)
     for it in range(iters):
@@ -195,13 +222,16 @@ def run(ctx: RunContext) -> Result:
                 f"{ev_fail} / {ev_calls}" if trainer and ev_calls is not None else "-"
             )
         rows.append(row)
+    if cross:
+        rows += cross_agent_rows(ctx, cross, agents["Skill-Pro (gate)"].pool, env_name,
+                                 eval_seeds, seed, temperature, evals)
     for kind, label in (
         ("random", "reference: random valid guesser"),
         ("consistent", "reference: consistent solver"),
     ):
         ag = SkillAgent(SolverPolicy(kind), None, seed=seed)
         ag.epsilon = 0.0
-        ev = [ag.run_episode(env, s) for s in eval_seeds]
+        ev = [ag.run_episode(make_env(env_name), s) for s in eval_seeds]
         rows.append(
             {
                 "system": label,
@@ -224,11 +254,12 @@ def run(ctx: RunContext) -> Result:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for name, c in curves.items():
         ax1.plot(range(1, len(c) + 1), c, marker="o", ms=3, label=name)
-    ax1.axhline(rows[-2]["eval return"], ls="--", c="grey", label="random valid (eval)")
+    ax1.axhline(next(r["eval return"] for r in rows if r["system"] == RANDOM), ls="--", c="grey",
+                label="random valid (eval)")
     ax1.set_xlabel("iteration")
     ax1.set_ylabel(f"mean return ({eps_n} episodes)")
     ax1.set_title(
-        f"Mastermind-v0, {spec if llm else 'scripted policy (mechanism check)'}", fontsize=9
+        f"{env_name}, {spec if llm else 'scripted policy (mechanism check)'}", fontsize=9
     )
     ax1.legend(fontsize=7)
     tr = trainers["Skill-Pro (gate)"]
@@ -246,7 +277,7 @@ def run(ctx: RunContext) -> Result:
         [r["system"] for r in named], [r["reuse rate"] for r in named], color="tab:green"
     )
     ax.set_ylabel("reuse rate (share of steps with a skill)")
-    ax.set_title("skill reuse, held-out Mastermind-v0")
+    ax.set_title(f"skill reuse, held-out {env_name}")
     ax.tick_params(axis="x", rotation=35, labelsize=7)
     reuse_path = save_figure(fig2, ctx.out_dir / "skillpro_reuse.png")
 
@@ -269,7 +300,7 @@ def run(ctx: RunContext) -> Result:
         ]
     notes += [
         f"{iters} iterations x {eps_n} episodes per condition (same seeds); eval on {n_eval} held-out "
-        f"Mastermind-v0 seeds and {n_hard} Mastermind-v0-hard seeds with frozen pools, epsilon 0.05.",
+        f"{env_name} seeds and {n_hard} {hard_name} seeds with frozen pools, epsilon 0.05.",
         "Spread: 95% paired percentile bootstrap over eval episodes (2,000 resamples).",
     ]
     tried = {
@@ -294,6 +325,10 @@ def run(ctx: RunContext) -> Result:
         "an average gain more than 0.01 below the best mature skill's): "
         + ", ".join(f"{n} {tried[n]} ({_evolution_state(agents[n].pool)})" for n in tried)
     )
+    notes.append("Skills per condition: " + "; ".join(
+        f"{n}: {skill_counts(t, agents[n].pool)}" for n, t in trainers.items() if t is not None))
+    if n_pre:
+        notes.append(f"Precondition: {pre['note']}")
     if by["wo_ppo"]["eval return"] > by["Skill-Pro (gate)"]["eval return"]:
         notes.append("wo_ppo (always accept) beat the gated run in this measurement.")
     checks = power_checks(
@@ -322,6 +357,90 @@ def run(ctx: RunContext) -> Result:
 
 RANDOM = "reference: random valid guesser"
 SOLVER = "reference: consistent solver"
+#: --opt env -> (training/eval env, cross-task env)
+GAMES = {
+    "mastermind": ("Mastermind-v0", "Mastermind-v0-hard"),
+    "guess": ("GuessTheNumber-v0", "GuessTheNumber-v0-hard"),
+}
+PRE_AGENT = "no skills (precondition)"
+PRE_RANDOM = "random valid guesser (precondition)"
+
+
+def precondition(agent, env_name: str, n: int, seed: int, batched: bool) -> dict:
+    """Can the no-skill agent play at all? Its mean return on ``n`` seeds of their own against
+    the random valid guesser's 95% CI on the same seeds (the claim's floor, measured first, so a
+    model that cannot play stops before the training budget is spent)."""
+    from icml26.core import power
+    from icml26.core.stats import item_bootstrap
+
+    seeds = [800_000 + seed * 1000 + k for k in range(n)]
+    mine = [t.ret for t in _rollout([(agent, make_env(env_name), s) for s in seeds], batched)]
+    ref = SkillAgent(SolverPolicy("random"), None, seed=seed)
+    ref.epsilon = 0.0
+    rand = [ref.run_episode(make_env(env_name), s).ret for s in seeds]
+    ci_m = item_bootstrap(mine, statistic="mean", seed=seed).spread
+    ci_r = item_bootstrap(rand, statistic="mean", seed=seed).spread
+    check = power.floor({PRE_AGENT: float(np.mean(mine))}, PRE_RANDOM, float(np.mean(rand)),
+                        spreads={PRE_AGENT: ci_m}, floor_spread=ci_r, metric="return")
+    note = (f"{'passed' if check.passed else 'FAILED'} on {n} {env_name} seeds: no-skill agent "
+            f"{np.mean(mine):.3f} [{ci_m[0]:.3f}, {ci_m[1]:.3f}] vs random valid guesser "
+            f"{np.mean(rand):.3f} [{ci_r[0]:.3f}, {ci_r[1]:.3f}]")
+    return {"passed": bool(check.passed), "check": check, "note": note, "agent": mine,
+            "random": rand, "n": n}
+
+
+def _stopped(pre: dict, spec: str, env_name: str, seed: int) -> Result:
+    """The result of a run stopped by a failed precondition: uninformative, nothing trained."""
+    from icml26.core import power
+
+    rows = [
+        {"system": PRE_AGENT, "eval return": round(float(np.mean(pre["agent"])), 3)},
+        {"system": PRE_RANDOM, "eval return": round(float(np.mean(pre["random"])), 3)},
+    ]
+    why = (f"precondition failed: the {spec} agent without skills does not beat the random valid "
+           f"guesser on {env_name}, so no skill library can be measured on it")
+    return Result(
+        rows=rows,
+        headline=Measure("eval return Skill-Pro / no skills", float("nan"), "x"),
+        target=TARGET,
+        notes=[f"STOPPED EARLY: {pre['note']}. Nothing was trained (training budget not spent)."],
+        power=[power.not_measured("control", "stopped by the precondition"), pre["check"],
+               power.not_measured("degeneracy", "stopped by the precondition")],
+        uninformative=why,
+    )
+
+
+def skill_counts(trainer, pool) -> str:
+    """How many skills evolution proposed, the gate accepted / rejected, maintenance pruned, and
+    how many evolved skills the final pool keeps."""
+    ev = [e["event"] for r in trainer.log for e in r["events"]]
+    seeded = {s.name for s in SkillPool.seeded(cap=pool.cap)}
+    evolved = sum(1 for s in pool if s.version > 1 or s.name not in seeded)
+    return (f"{ev.count('accept') + ev.count('reject')} evolved, {ev.count('accept')} accepted / "
+            f"{ev.count('reject')} rejected by the gate, "
+            f"{sum(e.startswith(('prune', 'dedup')) for e in ev)} pruned, {evolved} evolved "
+            f"skill(s) kept of {len(pool)}")
+
+
+def cross_agent_rows(ctx, spec: str, pool, env_name, seeds, seed, temperature, evals) -> list:
+    """Skills built with the run's agent, used by another model ``spec`` (frozen pool, no
+    training), beside that model without skills, on the same held-out seeds."""
+    import copy
+
+    policy, meta, _, _ = _llm_parts(ctx, spec)
+    rows = []
+    for label, p in ((f"cross-agent: {spec}, no skills", None),
+                     (f"cross-agent: {spec} with the Skill-Pro pool", copy.deepcopy(pool))):
+        ag = SkillAgent(policy, p, meta=meta if p is not None else None,
+                        select="llm_topk_lcb", seed=seed, temperature=temperature)
+        ag.epsilon = SkillProConfig().eps_end
+        ev = _rollout([(ag, make_env(env_name), s) for s in seeds], True)
+        evals[label] = ev
+        rows.append({"system": label,
+                     "eval return": round(float(np.mean([t.ret for t in ev])), 3),
+                     "win rate": round(float(np.mean([t.ret == 1.0 for t in ev])), 3),
+                     "reuse rate": round(float(np.mean([t.reuse for t in ev])), 3)})
+    return rows
 
 
 def power_checks(returns, systems, gate_trainer, reuse, tried, seed) -> list:
