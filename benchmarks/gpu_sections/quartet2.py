@@ -57,6 +57,8 @@ RECIPROCAL_NOTE = ("torch's CUDA true-divide by a Python float computes a * (1/b
 
 def run(ctx) -> None:
     _check_rtn_bits(ctx)
+    _check_torchao_compat(ctx)
+    _check_backends(ctx)
     _check_eden_bits(ctx)
     _check_eden_unbiased(ctx)
     _check_linear(ctx)
@@ -146,6 +148,59 @@ def _check_rtn_bits(ctx) -> None:
     if not ok:
         ctx.note("NVFP4 bit mismatch: " + RECIPROCAL_NOTE + (
             f" (confirmed: {n_diff} of {mags.numel()} x / 6.0 differ)" if n_diff else ""))
+
+
+def _check_torchao_compat(ctx) -> None:
+    """compat="torchao" on the device against torchao's own NVFP4 quantizer on the device (when
+    torchao imports there); the CPU comparison is in tests/quartet2/test_quartet2_compat.py."""
+    x = _gaussian(64, 256, seed=8)
+    dev_q = quantize_nvfp4(x.to(ctx.device), compat="torchao")
+    cpu_q = quantize_nvfp4(x, compat="torchao")
+    a, b = _parts(dev_q), _parts(cpu_q)
+    ctx.value("compat='torchao' device vs CPU (differing codes / scale bytes / tensor scale)",
+              " / ".join(str(int((a[k] != b[k]).sum())) for k in a) + " (torchao divides by "
+              "Python floats, which CUDA may turn into a reciprocal product: not required equal)")
+    if not ctx.is_cuda:
+        # the CPU comparison is a unit test; importing torchao here would make transformers
+        # import it too (+2 s) in every later section of this process
+        ctx.note("compat='torchao' vs torchao: CPU covered by tests/quartet2/test_quartet2_compat.py")
+        return
+    import sys
+    from pathlib import Path
+
+    ref = Path(sys.prefix) / "torchao-ref"  # where `make setup` puts it (out of site-packages)
+    if ref.is_dir() and str(ref) not in sys.path:
+        sys.path.append(str(ref))
+    try:
+        from torchao.prototype.mx_formats.nvfp4_tensor import (
+            nvfp4_quantize,
+            per_tensor_amax_to_scale,
+        )
+    except Exception as e:  # noqa: BLE001 - any import failure means "not available here"
+        ctx.note(f"torchao not importable on this machine ({type(e).__name__}): compat check skipped")
+        return
+    xd = x.to(ctx.device)
+    s_t = per_tensor_amax_to_scale(torch.max(torch.abs(xd)))
+    scales, packed = nvfp4_quantize(xd, 16, s_t)
+    n = int((dev_q.scales.view(torch.uint8).reshape(scales.shape) != scales.view(torch.uint8)).sum()
+            + (dev_q.packed().reshape(packed.shape) != packed).sum()
+            + (dev_q.tensor_scale.view(torch.int32) != s_t.view(torch.int32)).sum())
+    ctx.check("compat='torchao' vs torchao nvfp4_quantize on the device: scales + packed codes + "
+              "tensor scale", n == 0, err=float(n), tol=0.0, note="bit-exact required")
+
+
+def _check_backends(ctx) -> None:
+    """What backend="te" / "torchao" says on this machine (NVFP4 kernels need Blackwell)."""
+    from icml26.core.errors import UserError
+    from icml26.quartet2.backends import check_backend
+
+    for backend in ("te", "torchao"):
+        try:
+            check_backend(backend, "nvidia", ctx.device if ctx.is_cuda else None)
+            msg = "available"
+        except UserError as e:
+            msg = f"unavailable: {e}"
+        ctx.value(f"Quartet2Config(backend={backend!r}) on this machine", msg)
 
 
 def _check_eden_bits(ctx) -> None:

@@ -170,7 +170,7 @@ CAT = (
 QUARTET2 = (
     _count("kmax", "largest K of the error-vs-K sweep (16/256/256)"),
     _count("steps", "training steps (20/150/5000)"),
-    _count("seeds", "training seeds (1/2/3)"),
+    _count("seeds", "training seeds (1/3/3)"),
     _count("hidden", "model width (128/128/512)"),
     _count("layers", "model layers (1/2/8)"),
     _count("batch_size", "training batch size (4/8/64)"),

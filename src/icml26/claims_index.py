@@ -202,7 +202,7 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 0.5,  # estimate: a 2-layer byte model, a few hundred steps
-            "small": 9,  # docs/quartet2.md: ~9 CPU-min (small, 2026-12-01 run)
+            "small": 12,  # docs/quartet2.md: 12.0 CPU-min (small, 3 seeds, 2026-12-07 run)
         },
     ),
     Claim(

@@ -22,8 +22,8 @@ from icml26.quartet2.eden import (
 )
 from icml26.quartet2.nvfp4 import quantize_nvfp4
 
-__all__ = ["ERROR_MODES", "relative_mse", "effective_bits", "quantizer_errors", "gemm_bias_curve",
-           "bits_slope", "gaussian_rows"]
+__all__ = ["ERROR_MODES", "ROLES", "relative_mse", "effective_bits", "quantizer_errors",
+           "recipe_errors", "gemm_bias_curve", "bits_slope", "gaussian_rows"]
 
 ERROR_MODES = ("rtn", "four_over_six", "sr", "ms_eden")
 
@@ -72,6 +72,44 @@ def quantizer_errors(
         else:
             q = quantize_nvfp4(xr, mode=mode).dequantize()
         out[mode] = relative_mse(q, xr)
+    return out
+
+
+#: the backward GEMM operands, each quantized along its reduction dim: (name, GEMM, K)
+ROLES = {
+    "dx_dy": "dY along out (dX GEMM)",
+    "dx_w": "Q(W)^T along out (dX GEMM)",
+    "dw_dy": "dY^T along tokens (dW GEMM)",
+    "dw_x": "X^T along tokens (dW GEMM)",
+}
+
+
+def recipe_errors(x: torch.Tensor, role: str, *, hadamard_dim: int = 128, seed: int = 0) -> dict:
+    """Relative MSE of what each *recipe* does to the backward operand ``x`` (rows, K), K the
+    reduction dim, ``role`` one of :data:`ROLES`.
+
+    quartet2: MS-EDEN after an RHT of size ``hadamard_dim`` on every operand. nvidia (TE's
+    ``NVFP4BlockScaling``): dY for dX -> SR (override 17/16) with **no** rotation; dY^T for dW ->
+    SR after a 16-point RHT; X^T for dW -> RTN after a 16-point RHT; Q(W)^T for dX -> not
+    re-quantized (NVIDIA reuses its 16x16 forward tiles): ``None``.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {tuple(ROLES)}; got {role!r}")
+    x = x.float().reshape(-1, x.shape[-1])
+    g = torch.Generator(device=x.device).manual_seed(seed)
+    out = {"quartet2": quantizer_errors(x, hadamard_dim=hadamard_dim, seed=seed,
+                                        modes=("ms_eden",))["ms_eden"]}
+    if role == "dx_w":
+        out["nvidia"] = None
+        return out
+    xp = torch.nn.functional.pad(x, (0, (-x.shape[-1]) % 16))
+    if role == "dx_dy":
+        q = quantize_nvfp4(xp, mode="sr", scale_override=17 / 16, generator=g).dequantize()
+        out["nvidia"] = relative_mse(q, xp)
+        return out
+    xr = rht(xp, random_signs(16, g, x.device))
+    kw = {"mode": "sr", "scale_override": 17 / 16, "generator": g} if role == "dw_dy" else {}
+    out["nvidia"] = relative_mse(quantize_nvfp4(xr, **kw).dequantize(), xr)
     return out
 
 

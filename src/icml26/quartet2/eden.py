@@ -29,8 +29,8 @@ from icml26.quartet2.nvfp4 import (
     E4M3_MAX,
     NVFP4Tensor,
     block_scales_rtn,
-    e2m1_decode,
-    e2m1_rtn,
+    e2m1_encode,
+    e2m1_rtn_values,
     e4m3_rtn,
     e4m3_sr,
     quantize_nvfp4,
@@ -47,6 +47,7 @@ __all__ = [
     "inverse_rht",
     "EdenOutput",
     "ms_eden",
+    "ms_eden_values",
     "quantized_matmul",
     "check_hadamard_dim",
 ]
@@ -157,6 +158,34 @@ def ms_eden(
     16-block, shape (rows, K / 16)): the random source of the scales' stochastic rounding.
     Returns an :class:`EdenOutput` whose NVFP4 tensor lives in the rotated basis.
     """
+    qv, scales, s_t, c, amax_t, rows, k = _ms_eden_core(x, signs, scale_override, scales_max,
+                                                       amax, generator, scale_noise)
+    h = signs.numel()
+    q = NVFP4Tensor(codes=e2m1_encode(qv).reshape(x.shape),
+                    scales=scales.reshape(rows, k // BLOCK), tensor_scale=s_t)
+    return EdenOutput(q=q, correction=c.reshape(rows, k // h), amax=amax_t, signs=signs)
+
+
+def ms_eden_values(
+    x: torch.Tensor,
+    signs: torch.Tensor,
+    *,
+    scale_override: float = BACKWARD_SCALE_OVERRIDE,
+    scales_max: float = EDEN_SCALES_MAX,
+    amax: torch.Tensor | float | None = None,
+    generator: torch.Generator | None = None,
+    scale_noise: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``ms_eden(x, signs, ...).dequantize()`` bit for bit (float32, rotated basis, ``x``'s
+    shape), without building codes: the GEMM operand of the quantized linear's backward."""
+    qv, scales, s_t, _, _, _, _ = _ms_eden_core(x, signs, scale_override, scales_max, amax,
+                                                generator, scale_noise)
+    return (qv * (scales.float() * s_t).reshape(-1, 1)).reshape(x.shape)
+
+
+def _ms_eden_core(x, signs, scale_override, scales_max, amax, generator, scale_noise):
+    """Rotated RTN grid values (rows*K/16, 16), SR-rounded corrected E4M3 scales (rows*K/16,),
+    tensor scale, corrections (rows*K/h, 1), amax, rows, K. No host sync."""
     h = check_hadamard_dim(int(signs.numel()))
     if not 0 < scales_max <= E4M3_MAX:
         raise ValueError(f"scales_max must be in (0, 448]; got {scales_max}")
@@ -170,8 +199,7 @@ def ms_eden(
     g = xr.reshape(-1, BLOCK)  # (rows*K/16, 16) micro-blocks
     s_b = block_scales_rtn(g.abs().amax(dim=1, keepdim=True), v_max, s_t)
     u = g / (s_b * s_t)  # scaled pre-rounding values
-    codes = e2m1_rtn(u)
-    qv = e2m1_decode(codes)
+    qv = e2m1_rtn_values(u)
     per = h // BLOCK
     ur, qr = u.reshape(-1, h), qv.reshape(-1, h)
     num = (ur * ur).sum(dim=1, keepdim=True)
@@ -181,9 +209,7 @@ def ms_eden(
     noise = (torch.rand(corrected.shape, generator=generator, device=x.device)
              if scale_noise is None else scale_noise.reshape(-1).to(x.device, torch.float32))
     scales = e4m3_sr(corrected, noise)
-    q = NVFP4Tensor(codes=codes.reshape(x.shape), scales=scales.reshape(rows, k // BLOCK),
-                    tensor_scale=s_t)
-    return EdenOutput(q=q, correction=c.reshape(rows, k // h), amax=amax_t, signs=signs)
+    return qv, scales, s_t, c, amax_t, rows, k
 
 
 def _pad_k(x: torch.Tensor, multiple: int) -> torch.Tensor:

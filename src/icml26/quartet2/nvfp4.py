@@ -1,4 +1,4 @@
-"""A bit-exact PyTorch reference of the NVFP4 format and its rounding modes.
+"""A PyTorch reference of the NVFP4 format and its rounding modes (the same bits on every device).
 
 NVFP4 stores a tensor as FP4 **E2M1** elements (magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} and a
 sign bit), one FP8 **E4M3** scale per block of 16 consecutive elements along the reduction
@@ -17,10 +17,22 @@ Modes (:data:`MODES`): ``rtn``; ``sr`` (elementwise stochastic rounding of the F
 ``four_over_six`` (per block, try the scale that maps the block max to 6 and the 1.5x larger one
 that maps it to 4, keep the lower squared error; tensor ``scales_max`` 256 leaves headroom).
 MS-EDEN, the backward estimator, lives in :mod:`icml26.quartet2.eden`.
+
+Conventions (``compat``): ``"default"`` divides ``x / (s_block * s_tensor)``, keeps sub-2^-6
+block scales subnormal, gives an all-zero block the scale 1 (byte 0x38) and an all-zero tensor
+zeros. ``"torchao"`` follows torchao's ``nvfp4_quantize`` op for op (multiply by the reciprocal
+``(1 / s_tensor) / s_block``, block scales clamped to [2^-6, 448] so an all-zero block gets byte
+0x08, no guard on a zero tensor scale so an all-zero tensor gives NaN scales, NaN elements encoded
+as +-1.5): bit-exact with it for ``mode="rtn"``, (1, 16) blocks and the default scale ceiling.
+
+No host synchronisation: non-finite inputs are masked with ``torch.where`` (no ``bool()`` on a
+device tensor), so the quantizers run inside ``torch.compile`` graphs and CUDA streams without
+stalls; only ``check_finite=True`` reads a value back to raise.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +47,9 @@ __all__ = [
     "e2m1_rtn",
     "e2m1_sr",
     "e2m1_decode",
+    "e2m1_encode",
+    "e2m1_rtn_values",
+    "e2m1_sr_values",
     "e4m3_rtn",
     "e4m3_sr",
     "quantize_nvfp4",
@@ -46,6 +61,8 @@ E2M1_MAX = 6.0
 E4M3_MAX = 448.0
 BLOCK = 16
 MODES = ("rtn", "sr", "four_over_six")
+COMPATS = ("default", "torchao")
+E4M3_MIN_NORMAL = 2.0 ** -6  # torchao clamps block scales to [this, 448] (finfo(e4m3fn).tiny)
 
 
 def _grid(device) -> torch.Tensor:
@@ -56,40 +73,60 @@ def _grid(device) -> torch.Tensor:
 # Element format: E2M1
 
 
+def _e2m1_step(m: torch.Tensor) -> torch.Tensor:
+    """Spacing of the E2M1 grid at magnitude ``m``: 0.5 below 2, 1 below 4, else 2."""
+    return torch.where(m < 2.0, 0.5, torch.where(m < 4.0, 1.0, 2.0))
+
+
+def e2m1_rtn_values(u: torch.Tensor) -> torch.Tensor:
+    """Round float32 ``u`` to the nearest E2M1 value (float32), ties to even, saturating at +-6.
+
+    On each binade the grid is evenly spaced (step 0.5, 1, 2), so ``round(|u| / step) * step``
+    with ``torch.round``'s half-to-even gives the even code on every tie: 0.25 -> 0, 0.75 -> 1,
+    1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4. NaN gives a signed zero (callers keep
+    non-finite inputs out of finite results). Same values as ``e2m1_decode(e2m1_rtn(u))``.
+    """
+    m = u.abs()
+    step = _e2m1_step(m)
+    q = torch.round(m / step).mul_(step).clamp_(max=E2M1_MAX)
+    return torch.copysign(torch.nan_to_num_(q, nan=0.0), u)
+
+
+def e2m1_sr_values(u: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Stochastically round ``u`` to E2M1 values (float32): up with probability (|u| - lo) / (hi - lo).
+
+    ``noise`` holds uniforms in [0, 1) of ``u``'s shape. |u| is clamped to 6 first, so the result
+    is unbiased for |u| <= 6 (the scale overrides keep blocks inside that range). NaN gives a
+    signed zero.
+    """
+    mag = torch.nan_to_num(u.abs(), nan=0.0).clamp_(max=E2M1_MAX)
+    step = _e2m1_step(mag)
+    lo = torch.floor(mag / step).mul_(step)  # largest grid value <= mag
+    hi = (lo + step).clamp_(max=E2M1_MAX)
+    width = hi - lo
+    p_up = torch.where(width > 0, (mag - lo) / torch.where(width > 0, width, 1.0), 0.0)
+    return torch.copysign(torch.where((noise < p_up) & (width > 0), hi, lo), u)
+
+
+def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
+    """E2M1 values (float32, on the grid) -> codes (uint8, sign in bit 3)."""
+    a = v.abs()
+    idx = torch.where(a <= 2.0, a * 2.0, torch.where(a <= 4.0, a + 2.0, 7.0)).to(torch.uint8)
+    return idx | (torch.signbit(v).to(torch.uint8) << 3)
+
+
 def e2m1_rtn(u: torch.Tensor) -> torch.Tensor:
     """Round float32 ``u`` to E2M1 codes (uint8, sign in bit 3), nearest with ties to even.
 
-    Magnitudes above 6 saturate to 6 (code 7). A tie goes to the even code (mantissa bit 0):
-    0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4, hence the alternating
-    strict / non-strict comparisons below (the code is the number of thresholds passed). NaN gives
-    a zero magnitude: callers keep non-finite inputs out of finite results.
+    Magnitudes above 6 saturate to 6 (code 7); NaN gives a zero magnitude. See
+    :func:`e2m1_rtn_values`.
     """
-    m = u.abs()
-    idx = (m > 0.25).to(torch.uint8)
-    for thr, strict in ((0.75, False), (1.25, True), (1.75, False), (2.5, True), (3.5, False),
-                        (5.0, True)):
-        idx += (m > thr) if strict else (m >= thr)
-    return idx | (torch.signbit(u).to(torch.uint8) << 3)
+    return e2m1_encode(e2m1_rtn_values(u))
 
 
 def e2m1_sr(u: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """Stochastically round ``u`` to E2M1 codes: up with probability (|u| - lo) / (hi - lo).
-
-    ``noise`` holds uniforms in [0, 1) of ``u``'s shape. |u| is clamped to 6 first, so the result
-    is unbiased for |u| <= 6 (the scale overrides keep blocks inside that range).
-    """
-    grid = _grid(u.device)
-    mag = torch.nan_to_num(u.abs(), nan=0.0).clamp(max=E2M1_MAX)
-    lo = (mag >= 0.5).to(torch.uint8)
-    for thr in E2M1_GRID[2:]:
-        lo += mag >= thr  # index of the largest grid value <= mag
-    lo_l = lo.long()
-    hi_l = (lo_l + 1).clamp(max=7)
-    g_lo = torch.take(grid, lo_l)
-    width = torch.take(grid, hi_l) - g_lo
-    p_up = torch.where(width > 0, (mag - g_lo) / torch.where(width > 0, width, 1.0), 0.0)
-    idx = lo + ((noise < p_up) & (width > 0)).to(torch.uint8)
-    return idx | (torch.signbit(u).to(torch.uint8) << 3)
+    """Stochastically round ``u`` to E2M1 codes; see :func:`e2m1_sr_values`."""
+    return e2m1_encode(e2m1_sr_values(u, noise))
 
 
 _TABLES: dict[str, torch.Tensor] = {}
@@ -101,7 +138,7 @@ def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
     if key not in _TABLES:
         pos = torch.tensor(E2M1_GRID, dtype=torch.float32)
         _TABLES[key] = torch.cat([pos, -pos]).to(codes.device)
-    return torch.take(_TABLES[key], codes.long())
+    return torch.take(_TABLES[key], (codes & 0xF).long())  # low nibble (torchao NaN bytes)
 
 
 # ------------------------------------------------------------------------------------------
@@ -162,15 +199,25 @@ class NVFP4Tensor:
     def shape(self) -> torch.Size:
         return self.codes.shape
 
+    def _scale_grid(self) -> torch.Tensor:
+        """float32 ``scales * tensor_scale`` shaped (rows / br, 1, cols / bc, 1) for broadcasting."""
+        br, bc = self.block
+        r, c = self.scales.shape
+        return (self.scales.float() * self.tensor_scale).reshape(r, 1, c, 1)
+
     def block_scales(self) -> torch.Tensor:
         """float32 ``scales * tensor_scale`` broadcast to one value per element (codes' shape)."""
-        s = self.scales.float() * self.tensor_scale
-        s = s.repeat_interleave(self.block[0], 0).repeat_interleave(self.block[1], 1)
-        return s.reshape(self.codes.shape)
+        br, bc = self.block
+        r, _, c, _ = (g := self._scale_grid()).shape
+        return g.expand(r, br, c, bc).reshape(self.codes.shape)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """``e2m1(code) * (s_block * s_tensor)`` in float32, then cast to ``dtype``."""
-        out = e2m1_decode(self.codes) * self.block_scales()
+        """``e2m1(code) * (s_block * s_tensor)`` in float32, then cast to ``dtype``; the scales
+        are broadcast as a view, never materialised per element."""
+        g = self._scale_grid()
+        r, _, c, _ = g.shape
+        out = (e2m1_decode(self.codes).reshape(r, self.block[0], c, self.block[1]) * g)
+        out = out.reshape(self.codes.shape)
         if self.nonfinite is not None:
             out = torch.where(self.nonfinite, self.passthrough, out)
         return out.to(dtype)
@@ -238,6 +285,96 @@ def _uniform(shape, device, generator, noise) -> torch.Tensor:
     return torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
 
 
+def _check_args(mode: str, scales_max: float | None, scale_override: float, compat: str) -> float:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    if compat not in COMPATS:
+        raise ValueError(f"compat must be one of {COMPATS}; got {compat!r}")
+    if scales_max is None:
+        scales_max = 256.0 if mode == "four_over_six" else E4M3_MAX
+    if not 0 < scales_max <= E4M3_MAX:
+        raise ValueError(f"scales_max must be in (0, 448]; got {scales_max}")
+    if scale_override <= 0:
+        raise ValueError(f"scale_override must be > 0; got {scale_override}")
+    return scales_max
+
+
+def _quantize(x, mode, block, scale_override, scales_max, amax, generator, noise, check_finite,
+              name, compat):
+    """The shared body: E2M1 *values* per block, the float32 block scales and the tensor scale.
+
+    Returns ``(q, s_b, s_t, finite, xf, rows, cols)``: ``q`` (n_blocks, B) signed grid values,
+    ``s_b`` (n_blocks, 1) E4M3 values as float32, ``s_t`` 0-dim float32, ``finite`` the mask of
+    finite inputs (rows, cols) and ``xf`` the float32 input (rows, cols). No host sync.
+    """
+    scales_max = _check_args(mode, scales_max, scale_override, compat)
+    rows, cols = _check_block(x, block, name)
+    xf = x.detach().float().reshape(rows, cols)
+    ax = xf.abs()
+    finite = ax < math.inf  # False for NaN and +-inf
+    if check_finite:
+        bad = int((~finite).sum())  # the one host read, only when asked
+        if bad:
+            raise UserError(f"{name} has {bad} non-finite values (NaN or inf)")
+    clean = torch.where(finite, xf, 0.0)
+    if amax is None:
+        amax_t = torch.where(finite, ax, 0.0).amax() if xf.numel() else xf.new_zeros(())
+    else:
+        amax_t = torch.as_tensor(amax, dtype=torch.float32, device=xf.device).reshape(())
+    v_max = E2M1_MAX / scale_override
+    g = _to_groups(clean, block)  # (n_blocks, B)
+    gmax = g.abs().amax(dim=1, keepdim=True)
+    if compat == "torchao":
+        s_t = amax_t.float() / (scales_max * v_max)  # no guard: a zero tensor gives NaN, as torchao
+
+        def scales_for(vm: float) -> torch.Tensor:
+            s = (gmax / vm) / s_t
+            return s.clamp(min=E4M3_MIN_NORMAL, max=E4M3_MAX).to(torch.float8_e4m3fn).float()
+
+        def scaled(s_b: torch.Tensor) -> torch.Tensor:  # x * ((1 / s_t) / s_b), then clamp
+            return (g * ((1.0 / s_t) / s_b)).clamp(-E2M1_MAX, E2M1_MAX)
+    else:
+        s_t = tensor_scale(amax_t, scales_max, v_max)
+
+        def scales_for(vm: float) -> torch.Tensor:
+            return block_scales_rtn(gmax, vm, s_t)
+
+        def scaled(s_b: torch.Tensor) -> torch.Tensor:
+            return g / (s_b * s_t)
+    s_b = scales_for(v_max)
+    u = scaled(s_b)
+    if mode == "rtn":
+        q = e2m1_rtn_values(u)
+    elif mode == "sr":
+        q = e2m1_sr_values(u, _uniform(u.shape, u.device, generator, None if noise is None else
+                                       _to_groups(noise.reshape(rows, cols), block)))
+    else:  # four_over_six: the alternative scale maps the block max to 4 instead of 6
+        s_b4 = scales_for(v_max * 4.0 / 6.0)
+        q6 = e2m1_rtn_values(u)
+        q4 = e2m1_rtn_values(scaled(s_b4))
+        err6 = ((q6 * (s_b * s_t) - g) ** 2).sum(dim=1, keepdim=True)
+        err4 = ((q4 * (s_b4 * s_t) - g) ** 2).sum(dim=1, keepdim=True)
+        use4 = err4 < err6
+        q = torch.where(use4, q4, q6)
+        s_b = torch.where(use4, s_b4, s_b)
+    nan_codes = None
+    if compat == "torchao":  # torchao's bit-level encoder turns a NaN's payload into a code
+        nan_codes = (torch.isnan(u), _torchao_nan_code(u))
+        q = torch.where(nan_codes[0], e2m1_decode(nan_codes[1]), q)
+    return q, s_b, s_t, finite, xf, rows, cols, nan_codes
+
+
+def _torchao_nan_code(u: torch.Tensor) -> torch.Tensor:
+    """The byte torchao's float32 -> E2M1 bit conversion (its "normal" branch: exponent rebias,
+    round-half-even bias, shift by 22) gives a NaN ``u``, sign bit or'ed in at bit 3. Only
+    meaningful where ``u`` is NaN (an all-zero tensor: torchao's zero tensor scale)."""
+    bits = u.view(torch.int32)
+    mag = bits & 0x7FFFFFFF
+    n = mag + ((1 - 127) << 23) + ((1 << 21) - 1) + ((mag >> 22) & 1)
+    sign = ((bits >> 28) & 8).to(torch.uint8)
+    return (n >> 22).to(torch.uint8) | sign
+
+
 def quantize_nvfp4(
     x: torch.Tensor,
     *,
@@ -250,6 +387,7 @@ def quantize_nvfp4(
     noise: torch.Tensor | None = None,
     check_finite: bool = False,
     name: str = "tensor",
+    compat: str = "default",
 ) -> NVFP4Tensor:
     """Quantize ``x`` (any float dtype, shape (..., K), K a multiple of 16) to NVFP4 along K.
 
@@ -262,58 +400,49 @@ def quantize_nvfp4(
     scales_max : largest block scale the tensor scale aims at; default 448, 256 for 4/6. At most 448.
     amax : tensor absmax to use (e.g. a delayed amax); default max|x| over finite values.
     generator, noise : the random source for ``sr`` (noise: uniforms [0, 1) of ``x``'s shape).
-    check_finite : raise :class:`UserError` naming ``name`` on NaN/inf input. Otherwise
-        non-finite inputs come back unchanged on dequantization (never mapped to finite values).
+    check_finite : raise :class:`UserError` naming ``name`` on NaN/inf input (this reads one
+        number back from the device). Otherwise non-finite inputs come back unchanged on
+        dequantization (never mapped to finite values), with no host sync.
+    compat : "default" or "torchao" (torchao's conventions, bit-exact with its NVFP4 quantizer
+        for ``mode="rtn"``; see the module docstring).
+
+    ``nonfinite`` of the result is always a mask (all False when every input is finite).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
-    if scales_max is None:
-        scales_max = 256.0 if mode == "four_over_six" else E4M3_MAX
-    if not 0 < scales_max <= E4M3_MAX:
-        raise ValueError(f"scales_max must be in (0, 448]; got {scales_max}")
-    if scale_override <= 0:
-        raise ValueError(f"scale_override must be > 0; got {scale_override}")
-    rows, cols = _check_block(x, block, name)
-    xf = x.detach().float().reshape(rows, cols)
-    absmax = xf.abs().max() if xf.numel() else torch.zeros((), device=xf.device)
-    all_finite = bool(torch.isfinite(absmax))  # max propagates NaN and inf: one cheap check
-    finite = torch.isfinite(xf) if not all_finite else None
-    if not all_finite and check_finite:
-        raise UserError(f"{name} has {int((~finite).sum())} non-finite values (NaN or inf)")
-    clean = xf if all_finite else torch.where(finite, xf, 0.0)
-    if amax is None:
-        amax_t = absmax if all_finite else clean.abs().max()
-    else:
-        amax_t = torch.as_tensor(amax, dtype=torch.float32, device=xf.device).reshape(())
-    v_max = E2M1_MAX / scale_override
-    s_t = tensor_scale(amax_t, scales_max, v_max)
-    g = _to_groups(clean, block)  # (n_blocks, B)
-    gmax = g.abs().amax(dim=1, keepdim=True)
-    s_b = block_scales_rtn(gmax, v_max, s_t)
-    u = g / (s_b * s_t)
-    if mode == "rtn":
-        codes = e2m1_rtn(u)
-    elif mode == "sr":
-        codes = e2m1_sr(u, _uniform(u.shape, u.device, generator, None if noise is None else
-                                    _to_groups(noise.reshape(rows, cols), block)))
-    else:  # four_over_six: the alternative scale maps the block max to 4 instead of 6
-        s_b4 = block_scales_rtn(gmax, v_max * 4.0 / 6.0, s_t)
-        codes6 = e2m1_rtn(u)
-        codes4 = e2m1_rtn(g / (s_b4 * s_t))
-        err6 = ((e2m1_decode(codes6) * (s_b * s_t) - g) ** 2).sum(dim=1, keepdim=True)
-        err4 = ((e2m1_decode(codes4) * (s_b4 * s_t) - g) ** 2).sum(dim=1, keepdim=True)
-        use4 = err4 < err6
-        codes = torch.where(use4, codes4, codes6)
-        s_b = torch.where(use4, s_b4, s_b)
+    q, s_b, s_t, finite, xf, rows, cols, nan_codes = _quantize(
+        x, mode, block, scale_override, scales_max, amax, generator, noise, check_finite, name,
+        compat)
+    codes = e2m1_encode(q)
+    if nan_codes is not None:
+        codes = torch.where(nan_codes[0], nan_codes[1], codes)
     codes = _from_groups(codes, rows, cols, block).reshape(x.shape)
     scales = e4m3_rtn(s_b).reshape(rows // block[0], cols // block[1])
+    if compat == "torchao":  # keep NaN scales as NaN (e4m3_rtn would too); no clamp needed
+        scales = s_b.to(torch.float8_e4m3fn).reshape(rows // block[0], cols // block[1])
     out = NVFP4Tensor(codes=codes, scales=scales, tensor_scale=s_t, block=block)
-    if not all_finite:
-        out.nonfinite = ~finite.reshape(x.shape)
-        out.passthrough = torch.where(finite, 0.0, xf).reshape(x.shape)
+    out.nonfinite = ~finite.reshape(x.shape)
+    out.passthrough = torch.where(finite, 0.0, xf).reshape(x.shape)
     return out
 
 
-def fake_quant(x: torch.Tensor, **kwargs) -> torch.Tensor:
-    """``quantize_nvfp4(x, **kwargs).dequantize()`` in ``x``'s dtype."""
-    return quantize_nvfp4(x, **kwargs).dequantize(x.dtype)
+def fake_quant(
+    x: torch.Tensor,
+    *,
+    mode: str = "rtn",
+    block: tuple[int, int] = (1, BLOCK),
+    scale_override: float = 1.0,
+    scales_max: float | None = None,
+    amax: torch.Tensor | float | None = None,
+    generator: torch.Generator | None = None,
+    noise: torch.Tensor | None = None,
+    check_finite: bool = False,
+    name: str = "tensor",
+    compat: str = "default",
+) -> torch.Tensor:
+    """``quantize_nvfp4(x, ...).dequantize()`` in ``x``'s dtype, bit for bit, without building
+    the codes: the grid values are multiplied by their block scale directly (the hot path of the
+    quantized linear layers)."""
+    q, s_b, s_t, finite, xf, rows, cols, _ = _quantize(
+        x, mode, block, scale_override, scales_max, amax, generator, noise, check_finite, name,
+        compat)
+    out = _from_groups(q * (s_b * s_t), rows, cols, block)
+    return torch.where(finite, out, xf).reshape(x.shape).to(x.dtype)

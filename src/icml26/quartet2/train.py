@@ -61,6 +61,8 @@ class PretrainResult:
     val_loss: float
     eval_steps: list[int] = field(default_factory=list)
     eval_losses: list[float] = field(default_factory=list)
+    #: mean next-token loss (nats) of each validation block at the end, in block order
+    val_block_losses: list[float] = field(default_factory=list)
     converted: int = 0
     wall_s: float = 0.0
     config: dict = field(default_factory=dict)
@@ -74,15 +76,24 @@ def _lr_at(step: int, cfg: PretrainConfig) -> float:
 
 
 @torch.no_grad()
-def _eval_loss(model, blocks: torch.Tensor, batch_size: int, device) -> float:
+def _eval_block_losses(model, blocks: torch.Tensor, batch_size: int, device) -> list[float]:
+    """Mean next-token cross-entropy (nats) of each block (N, seq_len); their mean is the
+    validation loss."""
     model.eval()
-    total, n = 0.0, 0
+    out: list[float] = []
     for i in range(0, blocks.shape[0], batch_size):
         b = blocks[i : i + batch_size].to(device)
-        total += float(model(input_ids=b, labels=b).loss) * b.shape[0]
-        n += b.shape[0]
+        logits = model(input_ids=b).logits[:, :-1].float()  # (B, T-1, V)
+        tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                b[:, 1:].reshape(-1), reduction="none")
+        out += tok.reshape(b.shape[0], -1).mean(dim=1).tolist()
     model.train()
-    return total / n
+    return out
+
+
+def _eval_loss(model, blocks: torch.Tensor, batch_size: int, device) -> float:
+    losses = _eval_block_losses(model, blocks, batch_size, device)
+    return sum(losses) / len(losses)
 
 
 def pretrain(
@@ -100,8 +111,8 @@ def pretrain(
 
     ``arm``: "fp32" (no quantization), "nvidia" or "quartet2". ``progress``: a callable advanced
     by one per step. ``capture``: if given, after training it is filled with real GEMM operands of
-    the trained model on one validation batch (``{"layer.input": X, "layer.grad_output": dY}``,
-    float32 2-D tensors) for the quantizer-error benchmark.
+    the trained model on one validation batch (``{"layer.input": X, "layer.grad_output": dY,
+    "layer.weight": W}``, float32 2-D tensors) for the quantizer-error benchmark.
     """
     from icml26.core.lm import tiny_llama
 
@@ -141,18 +152,21 @@ def pretrain(
             eval_losses.append(_eval_loss(model, val_blocks, cfg.batch_size, device))
         if progress is not None:
             progress(1)
-    val = _eval_loss(model, val_blocks, cfg.batch_size, device)
+    block_losses = _eval_block_losses(model, val_blocks, cfg.batch_size, device)
+    val = sum(block_losses) / len(block_losses)
     eval_steps.append(cfg.steps)
     eval_losses.append(val)
     if capture is not None:
         capture.update(_capture_operands(model, val_blocks[: cfg.batch_size].to(device)))
     return PretrainResult(arm=arm, seed=seed, train_loss=losses, val_loss=val,
-                          eval_steps=eval_steps, eval_losses=eval_losses, converted=converted,
+                          eval_steps=eval_steps, eval_losses=eval_losses,
+                          val_block_losses=block_losses, converted=converted,
                           wall_s=time.perf_counter() - t0, config=asdict(cfg))
 
 
 def _capture_operands(model, batch: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Inputs X (T, in) and output gradients dY (T, out) of every linear layer on one batch."""
+    """Inputs X (T, in), output gradients dY (T, out) and weights W (out, in) of every linear
+    layer on one batch."""
     from torch import nn
 
     out: dict[str, torch.Tensor] = {}
@@ -166,6 +180,7 @@ def _capture_operands(model, batch: torch.Tensor) -> dict[str, torch.Tensor]:
                 out[f"{name}.grad_output"] = gout[0].detach().reshape(-1, gout[0].shape[-1]).float().cpu()
 
             handles += [mod.register_forward_hook(fwd), mod.register_full_backward_hook(bwd)]
+            out[f"{name}.weight"] = mod.weight.detach().float().cpu().clone()
     model.train()
     model.zero_grad(set_to_none=True)
     model(input_ids=batch, labels=batch).loss.backward()
