@@ -143,13 +143,15 @@ LEMS = (
     _count("eval_tokens", "test tokens for perplexity (1024/16384/262144)"),
     _count("eval_len", "test window length (256/512/2048)"),
     _count("trials", "search trials (2/10/10)"),
+    _count("n_startup_trials", "TPE random start-up trials (Optuna's 10, as in the paper)", min=0),
     Opt("ratios", "list", "kept fractions of the linear weights; 0.6 is always added "
         "(0.6; small 0.8,0.6; full 0.9,0.8,0.7,0.6)", item="float", min=0, max=1,
         exclusive_min=True),
     _count("last_blocks", "compress only the last N blocks; 0 = all (2/0/0)", min=0),
     _count("seeds", "calibration seeds, one unit each (1/3/3)"),
-    Opt("drop", "list", "baseline decompositions to leave out",
-        choices=("svd", "svd_llm", "asvd", "fwsvd")),
+    Opt("drop", "list", "arm groups to leave out",
+        choices=("svd", "svd_llm", "svd_llm_lems", "asvd", "fwsvd", "identity", "transpose",
+                 "transpose_lems")),
 )
 
 CAT = (

@@ -11,7 +11,9 @@ from icml26.lems.claim import (
     HEADLINE_LEMS,
     HEADLINE_RANDOM,
     HEADLINE_UNIFORM,
+    LEMS,
     RANDOM,
+    UNIFORM,
     UNIGRAM,
     combine,
     paired_ci,
@@ -21,35 +23,49 @@ from icml26.lems.claim import (
 from icml26.lems.layers import TargetLayer
 from icml26.lems.lems import kept_fraction, uniform_ranks
 
+ENERGY, ZERO = (f"KFAC-SVD (L_G), {x}" for x in ("energy (SVD-LLM v2)", "LEMS, 0 trials"))
+HEADLINE_ENERGY, HEADLINE_ZERO = (f"{x} @ 0.6" for x in (ENERGY, ZERO))
+NAMES = [f"l{i}" for i in range(7)]
+
 
 def _unit(tmp_path, seed, shift, rng, random_shift=0.3):
+    """A unit's side file: LEMS gains ``shift`` nats/token on the best baseline (LEMS trials=0,
+    0.4 below uniform), the energy arm is worse (0.45), the random arm ``random_shift`` worse."""
     n_tok = [255] * 6
     base = rng.normal(3.0, 0.2, 6) * 255
     windows = {"dense": base.tolist(), HEADLINE_UNIFORM: (base + 255 * 0.5).tolist(),
-               HEADLINE_LEMS: (base + 255 * (0.5 - shift)).tolist(),
-               HEADLINE_RANDOM: (base + 255 * (0.5 + random_shift)
+               HEADLINE_ZERO: (base + 255 * 0.4).tolist(),
+               HEADLINE_ENERGY: (base + 255 * 0.45).tolist(),
+               HEADLINE_LEMS: (base + 255 * (0.4 - shift)).tolist(),
+               HEADLINE_RANDOM: (base + 255 * (0.4 + random_shift)
                                  + rng.normal(0, 1, 6)).tolist(),
                UNIGRAM: (np.full(6, 255 * 7.0)).tolist()}
     rows = [{"system": "dense", "target": 1.0, "kept": 1.0, "linear params": 100, "perplexity": 20.0},
-            {"system": "KFAC-SVD (L_G), uniform", "target": 0.6, "kept": 0.599, "linear params": 60,
-             "perplexity": 30.0 + seed},
-            {"system": "KFAC-SVD (L_G), LEMS", "target": 0.6, "kept": 0.6, "linear params": 60,
-             "perplexity": 25.0, "alpha": 1.0, "gamma": 2.0},
+            {"system": UNIFORM, "left factor": "L_G", "target": 0.6, "kept": 0.599,
+             "linear params": 60, "perplexity": 30.0 + seed, "dense layers": 0},
+            {"system": LEMS, "left factor": "L_G", "target": 0.6, "kept": 0.6, "linear params": 60,
+             "perplexity": 25.0, "alpha": 1.0, "gamma": 2.0, "dense layers": 2},
+            {"system": ZERO, "left factor": "L_G", "target": 0.6, "kept": 0.6, "linear params": 60,
+             "perplexity": 27.0, "alpha": 0.0, "gamma": 5.0, "dense layers": 2},
+            {"system": ENERGY, "left factor": "L_G", "target": 0.6, "kept": 0.6,
+             "linear params": 60, "perplexity": 28.0, "dense layers": 1},
             {"system": RANDOM, "target": 0.6, "kept": 0.6, "linear params": 60, "perplexity": 40.0}]
     meta = {"label": "m", "layers": 7, "blocks": 2, "last": 0, "dtype": "bfloat16", "seed": seed,
             "settings": {"n_calib": 4, "seq_len": 8, "n_search": 1, "eval_len": 256, "trials": 0},
-            "times": {"statistics": 1.0}, "wall": 2.0,
-            "ranks differing": {"differing": 5, "total": 7}}
+            "times": {"statistics": 1.0}, "wall": 2.0}
+    chosen = {LEMS: {n: 8 * (i + 1) for i, n in enumerate(NAMES)},
+              ZERO: {n: 8 * (i + 1) if i < 2 else 16 for i, n in enumerate(NAMES)}}  # 5 differ
+    heat = {"grid": [[0.5, 1.0], [0.3, -1]], "blocks": [0, 1], "kinds": ["a", "b"]}
     side = tmp_path / f"seed{seed}" / "windows.json"
     side.parent.mkdir(parents=True)
     side.write_text(json.dumps({"meta": meta, "rows": rows, "n_tok": n_tok, "windows": windows,
-                                "trials": [], "heat": None}))
+                                "trials": [], "heat": heat, "chosen": chosen, "names": NAMES}))
     return Result(rows=rows, headline=Measure("x", 1.0), target=0.9, figures=[side])
 
 
-def test_combine_pools_seeds(tmp_path):
+def test_combine_pools_seeds_against_the_best_baseline(tmp_path):
     rng = np.random.default_rng(0)
-    shifts = [0.1, 0.2, 0.3]  # per-token NLL gains of LEMS: ratios exp(-shift)
+    shifts = [0.1, 0.2, 0.3]  # per-token NLL gains of LEMS over the best baseline
     results = [_unit(tmp_path, s, sh, rng) for s, sh in enumerate(shifts)]
     res = combine(RunContext(scale="small", out_dir=tmp_path / "all"), results[::-1])
     assert res.headline.value == pytest.approx(math.exp(-np.mean(shifts)), rel=1e-9)
@@ -61,14 +77,16 @@ def test_combine_pools_seeds(tmp_path):
     assert joint == (1.0, 1.0)
     assert [c.kind for c in res.power] == ["control", "floor", "degeneracy"]
     assert all(c.passed for c in res.power)
+    assert set(res.power[0].systems) == {ZERO, RANDOM}  # the best baseline, not the energy arm
     assert res.power[2].values == {"differing": 15.0, "total": 21.0}
     assert UNIGRAM in {r["system"] for r in res.rows}
-    uni = next(r for r in res.rows if r["system"] == "KFAC-SVD (L_G), uniform")
+    uni = next(r for r in res.rows if r["system"] == UNIFORM)
     assert uni["perplexity"] == pytest.approx((30 * 31 * 32) ** (1 / 3), abs=1e-3)
     assert (uni["ppl min"], uni["ppl max"]) == (30.0, 32.0)
     assert uni["vs dense"] == pytest.approx(uni["perplexity"] / 20.0, abs=1e-3)
-    assert uni["kept"] == 0.599
-    assert "0.905, 0.819, 0.741" in " ".join(res.notes)
+    assert uni["kept"] == 0.599 and uni["left factor"] == "L_G"
+    text = " ".join(res.notes)
+    assert "0.905, 0.819, 0.741" in text and "Best non-uniform arm" in text and ZERO in text
 
 
 def test_combine_refuses_different_windows(tmp_path):
@@ -93,19 +111,20 @@ def test_power_checks_decide():
     base = rng.normal(3.0, 0.2, 8) * 255
 
     def windows(random_shift, unigram=7.0):
-        return {HEADLINE_UNIFORM: base + 255 * 0.5, HEADLINE_LEMS: base + 255 * 0.4,
-                HEADLINE_RANDOM: base + 255 * (0.5 + random_shift) + rng.normal(0, 20, 8),
+        return {HEADLINE_UNIFORM: base + 255 * 0.5, HEADLINE_LEMS: base + 255 * 0.3,
+                HEADLINE_ZERO: base + 255 * 0.4,
+                HEADLINE_RANDOM: base + 255 * (0.4 + random_shift) + rng.normal(0, 20, 8),
                 UNIGRAM: np.full(8, 255 * unigram)}
 
-    # a random allocation that moves perplexity (either way) passes the control
-    for shift in (0.3, -0.3):
-        control, floor, degen = power_checks(_stack([windows(shift)]), n_tok, 3, 7, 0)
-        assert control.passed is True and floor.passed is True and degen.passed is True
-    # one that does not move it: the setup cannot show that allocation matters
-    control, _, _ = power_checks(_stack([windows(0.0)]), n_tok, 3, 7, 0)
-    assert control.passed is False
+    # the best baseline beats a random allocation: the setup can tell allocations apart
+    control, floor, degen = power_checks(_stack([windows(0.3)]), n_tok, HEADLINE_ZERO, 3, 7, 0)
+    assert control.passed is True and floor.passed is True and degen.passed is True
+    # a random allocation as good as (or better than) the best informed one: uninformative
+    for shift in (0.0, -0.3):
+        control, _, _ = power_checks(_stack([windows(shift)]), n_tok, HEADLINE_ZERO, 3, 7, 0)
+        assert control.passed is False
     # every compressed model at or above the unigram: floor fails; same ranks: degenerate
-    _, floor, degen = power_checks(_stack([windows(0.3, unigram=3.0)]), n_tok, 0, 7, 0)
+    _, floor, degen = power_checks(_stack([windows(0.3, unigram=3.0)]), n_tok, HEADLINE_ZERO, 0, 7, 0)
     assert floor.passed is False and degen.passed is False
 
 

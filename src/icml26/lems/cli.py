@@ -19,14 +19,18 @@ def compress_cmd(
     model: Annotated[str, typer.Option(help="HF folder, .gguf file, or 'smollm2'.")] = "smollm2",
     ratio: Annotated[float, typer.Option(help="Fraction of linear weight parameters kept, (0, 1].")] = 0.8,
     decomposition: Annotated[str, typer.Option(help="kfac | svd_llm | svd | asvd | fwsvd")] = "kfac",
-    allocator: Annotated[str, typer.Option(help="lems | uniform")] = "lems",
-    left_factor: Annotated[str, typer.Option(help="KFAC output factor: official (L_G) | transpose (L_G^T)")] = "official",
+    allocator: Annotated[str, typer.Option(help="lems | uniform | energy (SVD-LLM v2) | atp (depth ramp)")] = "lems",
+    left_factor: Annotated[str, typer.Option(help="KFAC output factor: transpose (L_G^T, the exact "
+                                             "K-FAC error) | official (L_G, the paper's code) | "
+                                             "identity (G = I)")] = "transpose",
     calib: Annotated[Path | None, typer.Option(help="UTF-8 text file for calibration (default: "
                                                "the packaged Wikipedia train split).")] = None,
     n_calib: Annotated[int, typer.Option(help="Calibration sequences.")] = 64,
     n_search: Annotated[int, typer.Option(help="LEMS search sequences.")] = 8,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 256,
     trials: Annotated[int, typer.Option(help="Optuna trials of LEMS (0: alpha 0, gamma 5).")] = 10,
+    n_startup_trials: Annotated[int | None, typer.Option(help="TPE's random start-up trials "
+                                                         "(default Optuna's 10).")] = None,
     device: Annotated[str, typer.Option(help="torch device.")] = "cpu",
     dtype: Annotated[str, typer.Option(help="Dtype for statistics and search (bf16, fp32...; auto: bf16 only where native).")] = "auto",
     seed: Annotated[int, typer.Option(help="Calibration sampling seed.")] = 0,
@@ -60,7 +64,8 @@ def _calib_from_file(tok, path: Path, n: int, seq_len: int, seed: int):
 
 
 def _compress(out, model, ratio, decomposition, allocator, left_factor, calib, n_calib, n_search,
-              seq_len, trials, device, dtype, seed, cache_dir, kl_offload, overwrite) -> None:
+              seq_len, trials, n_startup_trials, device, dtype, seed, cache_dir, kl_offload,
+              overwrite) -> None:
     import copy
     import hashlib
     import json
@@ -81,7 +86,12 @@ def _compress(out, model, ratio, decomposition, allocator, left_factor, calib, n
 
     console = Console(stderr=True)
     cfg = CompressConfig(target=ratio, decomposition=decomposition, allocator=allocator,
-                         left_factor=left_factor, trials=trials, kl_offload=kl_offload)
+                         left_factor=left_factor, trials=trials,
+                         n_startup_trials=n_startup_trials, kl_offload=kl_offload)
+    for name, value, low in (("--n-calib", n_calib, 1), ("--n-search", n_search, 1),
+                             ("--seq-len", seq_len, 2)):
+        if value < low:
+            raise UserError(f"{name} must be >= {low}; got {value}")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UserError(f"output folder {out} is not empty; pass --overwrite")
     check_device(device)
@@ -106,7 +116,7 @@ def _compress(out, model, ratio, decomposition, allocator, left_factor, calib, n
     factors = factorize(m32, stats, decomposition, left_factor=left_factor, layers=layers,
                         compute_dtype=torch.float32)
     ranks = allocate(factors, work, ratio, allocator, search_batches=search_b, trials=trials,
-                     layers=layers, kl_cache=cache / f"kl-{decomposition}-{left_factor}.json",
+                     n_startup_trials=n_startup_trials, layers=layers, kl_cache=cache / f"kl-{decomposition}-{left_factor}.json",
                      kl_offload=kl_offload)
     names = [lay.name for lay in layers]
     before = count_linear_params(m32, names)

@@ -16,13 +16,15 @@ method         P                                      Q
 ``svd_llm``    I                                      L_A, Cholesky of A (SVD-LLM)
 ``asvd``       I                                      diag(mean|x|)^0.5 (ASVD, alpha = 0.5)
 ``fwsvd``      diag(sqrt(row Fisher))                 I (FWSVD)
-``kfac``       L_G ("official") or L_G^T ("transpose")  L_A, after shrinkage of A and G
+``kfac``       L_G^T ("transpose", default), L_G      L_A, after shrinkage of A and G
+               ("official") or I ("identity": G = I)
 =============  =====================================  ==========================================
 
 KFAC's "transpose trap": with G = L_G L_G^T, ``||L_G dW L_A||^2 = tr(dW^T L_G^T L_G dW A)``, which
 is *not* the K-FAC error ``tr(dW^T G dW A)``; ``P = L_G^T`` gives exactly the K-FAC error, whose
 truncation error is then the Eckart-Young bound ``sum_{i>r} s_i^2``. The official code (and the
-paper's figures) use L_G; both are offered.
+paper's figures) use L_G; all three are offered, L_G^T by default. ``"identity"`` drops G (it
+is SVD-LLM with KFAC's shrinkage of A), which isolates what the G-whitening adds.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ __all__ = [
 ]
 
 METHODS = ("kfac", "svd_llm", "svd", "asvd", "fwsvd")
-LEFT_FACTORS = ("official", "transpose")
+LEFT_FACTORS = ("transpose", "official", "identity")
 
 
 @dataclass
@@ -155,8 +157,10 @@ def whitened_svd(
 
 def _kfac_pq(a, g, left_factor, shrink_a, shrink_g):
     la, ia = whitening_factor(shrink(a, shrink_a))
-    lg, ig = whitening_factor(shrink(g, shrink_g))
     tri_a = "lower" if ia.startswith("cholesky") else None
+    if left_factor == "identity":
+        return None, la, None, tri_a, f"A:{ia} G:I"
+    lg, ig = whitening_factor(shrink(g, shrink_g))
     tri_g = "lower" if ig.startswith("cholesky") else None
     if left_factor == "transpose":
         lg = lg.T
@@ -172,7 +176,7 @@ def factorize_weight(
     g: torch.Tensor | None = None,
     act_abs: torch.Tensor | None = None,
     row_fisher: torch.Tensor | None = None,
-    left_factor: str = "official",
+    left_factor: str = "transpose",
     shrink_a: float = 0.1,
     shrink_g: float = 0.3,
     asvd_alpha: float = 0.5,
@@ -197,7 +201,7 @@ def factorize_weight(
         p = row_fisher.clamp(min=1e-6 * float(row_fisher.max()) + 1e-30).sqrt()
     elif method == "kfac":
         if left_factor not in LEFT_FACTORS:
-            raise ValueError(f"left_factor must be one of {LEFT_FACTORS}; got {left_factor!r}")
+            raise ValueError(f"left_factor must be one of {', '.join(LEFT_FACTORS)}; got {left_factor!r}")
         p, q, p_tri, q_tri, info = _kfac_pq(a, g, left_factor, shrink_a, shrink_g)
     else:
         raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
@@ -219,7 +223,7 @@ def factorize(
     stats=None,
     method: str = "kfac",
     *,
-    left_factor: str = "official",
+    left_factor: str = "transpose",
     layers: list[TargetLayer] | None = None,
     shrink_a: float = 0.1,
     shrink_g: float = 0.3,
@@ -235,6 +239,8 @@ def factorize(
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    if left_factor not in LEFT_FACTORS:
+        raise ValueError(f"left_factor must be one of {', '.join(LEFT_FACTORS)}; got {left_factor!r}")
     if method != "svd" and stats is None:
         raise ValueError(f"method {method!r} needs calibration statistics (collect_kfac_stats)")
     layers = layers if layers is not None else (stats.layers if stats is not None else None)

@@ -291,11 +291,19 @@ def lems_search(
     model, factors: dict[str, LayerFactors], layers: list[TargetLayer], kls: dict[str, float],
     target: float, *, scorer: KLScorer | None = None, trials: int = 10, seed: int = 42,
     alpha_range: tuple[float, float] = (0.0, 3.0), gamma_range: tuple[float, float] = (0.0, 7.0),
-    default: tuple[float, float] = (0.0, 5.0), multiple: int = 8, progress=None,
+    default: tuple[float, float] = (0.0, 5.0), multiple: int = 8,
+    n_startup_trials: int | None = None, progress=None,
 ) -> SearchResult:
     """Solve the knapsack; with ``trials > 0`` search (alpha, gamma) by Optuna TPE (``seed``),
     each trial scored by the KL of the model with all chosen ranks applied; the best trial wins.
-    ``trials == 0`` solves once at ``default`` = (alpha 0, gamma 5)."""
+    ``trials == 0`` solves once at ``default`` = (alpha 0, gamma 5).
+
+    ``n_startup_trials``: TPE's random start-up trials before it models anything (None: Optuna's
+    default, 10 -- with the paper's 10 trials the search is then pure random sampling)."""
+    if trials < 0:
+        raise ValueError(f"trials must be >= 0; got {trials}")
+    if n_startup_trials is not None and n_startup_trials < 0:
+        raise ValueError(f"n_startup_trials must be >= 0 (or None); got {n_startup_trials}")
     n_blocks = len(block_list(model)[1])
     if trials <= 0:
         ranks, obj, sur, kept = solve_lems(layers, factors, kls, n_blocks, *default, target, multiple)
@@ -325,8 +333,9 @@ def lems_search(
         tick(1)
         return kl
 
+    startup = {} if n_startup_trials is None else {"n_startup_trials": n_startup_trials}
     study = optuna.create_study(direction="minimize",
-                                sampler=optuna.samplers.TPESampler(seed=seed))
+                                sampler=optuna.samplers.TPESampler(seed=seed, **startup))
     study.optimize(objective, n_trials=trials)
     best = study.best_trial
     return SearchResult(found[best.number], best.params["alpha"], best.params["gamma"], log, kls)
