@@ -166,7 +166,11 @@ CAT = (
     _count("seeds", "calibration seeds (1/3/3)"),
     _flag("full_cat", "0 drops the full-CAT arm (1)"),
     _flag("quarot", "0 drops QuaRot (1)"),
-    _flag("w4a8", "0 drops the W4A8 rows (1)"),
+    _flag("w4a8", "1 adds W4A8 rows, seed 0 (tiny/small 0, full 1)"),
+    _flag("gptq", "0 drops the GPTQ-weight rows (seed 0, every W4A4 arm; tiny: rtn, sq+hadamard, CAT; 1)"),
+    _flag("flatquant", "0 drops the FlatQuant-lite learned-transform arm (1)"),
+    _count("fq_steps", "FlatQuant-lite Adam steps per layer (5/40/100)"),
+    _count("fq_tokens", "FlatQuant-lite training tokens per layer (256/1024/4096)"),
 )
 
 QUARTET2 = (

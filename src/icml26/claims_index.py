@@ -181,10 +181,11 @@ CLAIMS: list[Claim] = [
             degeneracy_na="each transform is a different fixed map; no shared decisions to compare",
         ),
         cpu_minutes={
-            "tiny": 0.3,  # estimate: 2 blocks, 512 test tokens; issue 40's 148 s at load ~20 scaled
-                          # like binarypc's: ~3 s wall
-            "small": 19,  # docs/cat.md: 566 s wall on an idle 2-core machine, 2 threads (<= 18.9;
-                          # small, 2026-12-02 run)
+            "tiny": 0.7,  # measured 2026-12-07 (issue 37 arms; GPTQ rows for rtn, sq+hadamard,
+                          # CAT): 39.8 CPU-s in tests/cat/test_cat_claim.py
+            "small": 70,  # docs/cat.md 2026-12-07 (issue 37 arms + GPTQ rows, float32): seed 0
+                          # measured at 47 CPU-min (FP, SQNR, FlatQuant-lite, full CAT, 18 evals),
+                          # seed 1 at 11; seed 2 (~12) not run
         },
     ),
     Claim(

@@ -19,9 +19,18 @@ def test_tiny_claim(tmp_path):
     assert all(c["passed"] in (True, False, None) for c in checks)
     assert set(checks[0]["systems"]) == {FP, "rtn"}
     assert UNIGRAM in checks[1]["systems"]
-    rows = {(r["system"], r["bits"]): r for r in rec["rows"]}
-    assert {"rtn", "smoothquant", "hadamard", "cat-b64"} <= {s for s, _ in rows}
-    rtn, had, cat = rows[("rtn", "W4A4")], rows[("hadamard", "W4A4")], rows[("cat-b64", "W4A4")]
+    rows = {(r["system"], r["bits"], r.get("weights", "-")): r for r in rec["rows"]}
+    arms = {"rtn", "smoothquant", "hadamard", "quarot", "sq+hadamard", "sq+quarot",
+            "flatquant-lite", "cat-b64"}
+    assert arms <= {s for s, _, w in rows if w == "RTN"}
+    # GPTQ weights: every arm at small; at tiny (CI budget) CAT, one baseline and RTN
+    assert {"rtn", "sq+hadamard", "cat-b64"} <= {s for s, _, w in rows if w == "GPTQ"}
+    rtn, had, cat = (rows[(a, "W4A4", "RTN")] for a in ("rtn", "hadamard", "cat-b64"))
+    sqh = rows[("sq+hadamard", "W4A4", "RTN")]
+    # smoothing then rotating: SmoothQuant's alignment with the rotation's concentration
+    sq_align = rows[("smoothquant", "W4A4", "RTN")]["median alignment dB"]
+    assert abs(sqh["median alignment dB"] - sq_align) < 0.02
+    assert sqh["median concentration dB"] > rtn["median concentration dB"]
     # a rotation leaves the alignment term unchanged; CAT raises it
     assert abs(had["median alignment dB"] - rtn["median alignment dB"]) < 0.01
     assert cat["median alignment dB"] > had["median alignment dB"]

@@ -75,3 +75,21 @@ def test_q4_1_small_groups_refused(tmp_path):
     res = runner.invoke(app, ["quantize", "--w-group-size", "32", "-o", str(tmp_path / "x")])
     assert res.exit_code != 0
     assert "Q4_1" in str(res.exception) + res.output
+
+
+@pytest.mark.parametrize("transform", ["cat", "quarot"])
+def test_quantize_gptq_compressed_tensors_folder(tiny_dir, tmp_path, transform):
+    """`--weights gptq --format compressed-tensors --a-bits 16` writes a pack-quantized folder."""
+    import json
+
+    args = ["quantize", "--model", str(tiny_dir / "model"), "--transform", transform,
+            "--calib", str(tiny_dir / "calib.txt"), "--n-calib", "4", "--seq-len", "128",
+            "--block", "16", "--a-bits", "16", "--weights", "gptq",
+            "--format", "compressed-tensors", "--dtype", "float32", "-o", str(tmp_path / "ct")]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    conf = json.loads((tmp_path / "ct" / "config.json").read_text())["quantization_config"]
+    assert conf["format"] == "pack-quantized"
+    assert conf["config_groups"]["group_0"]["input_activations"] is None
+    bad = runner.invoke(app, [*args[:-1], str(tmp_path / "x"), "--weights", "obq"])
+    assert bad.exit_code != 0 and "--weights must be rtn or gptq" in str(bad.exception)

@@ -148,10 +148,20 @@ def quantize(
     device: str = "cpu",
     seed: int = 0,
     overwrite: bool = False,
+    weights: Annotated[str, typer.Option(help="Weight quantizer: rtn or gptq.")] = "rtn",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="cat (safetensors + cat-manifest.json, icml26 reloads it) or "
+            "compressed-tensors (integer pack-quantized; --a-bits 16 = weight-only).",
+        ),
+    ] = "cat",
 ) -> None:
-    """Fake-quantize a model with a transform; write safetensors + cat-manifest.json that
+    """Quantize a model with a transform; write safetensors + cat-manifest.json that
     ``icml26.cat.model.load_quantized`` reads back (``load_quantized(OUT)`` loads the base
-    model named in the manifest)."""
+    model named in the manifest), or a compressed-tensors pack-quantized checkpoint
+    (``--format compressed-tensors``) that transformers + compressed-tensors read."""
     from icml26.core.errors import UserError
 
     try:
@@ -172,6 +182,8 @@ def quantize(
             device=device,
             seed=seed,
             overwrite=overwrite,
+            weights=weights,
+            fmt=fmt,
         )
     except (ValueError, FileExistsError) as exc:
         raise UserError(str(exc)) from None
@@ -196,8 +208,12 @@ def quantize_to_folder(
     device: str = "cpu",
     seed: int = 0,
     overwrite: bool = False,
+    weights: str = "rtn",
+    fmt: str = "cat",
 ):
     """What ``icml26 cat quantize`` does; returns the in-memory quantized model it wrote.
+    ``weights``: ``"rtn"`` or ``"gptq"`` (Hessians from the calibration set); ``fmt``: ``"cat"``
+    or ``"compressed-tensors"``; ``a_bits=16`` keeps activations in full precision.
 
     ``transform="quarot"`` rotates the residual stream (gains fused, head untied) and puts
     online Hadamards on o_proj/down_proj; the others are per-input-group transforms."""
@@ -208,6 +224,11 @@ def quantize_to_folder(
     out = Path(out)
     if out.exists() and not overwrite:
         raise UserError(f"{out} exists; pass --overwrite to replace it")
+    if weights not in ("rtn", "gptq"):
+        raise UserError(f"--weights must be rtn or gptq; got {weights!r}")
+    if fmt not in ("cat", "compressed-tensors"):
+        raise UserError(f"--format must be cat or compressed-tensors; got {fmt!r}")
+    a_bits = None if a_bits == 16 else a_bits
     if w_group_size is not None and w_group_size <= 32 and _is_q4_1(model):
         raise UserError(
             f"--w-group-size {w_group_size}: this model's weights were dequantized from Q4_1 "
@@ -232,12 +253,20 @@ def quantize_to_folder(
         from icml26.core.lm import load_lm
         from icml26.core.torchutil import check_device
 
-        m, _ = load_lm(model, dtype=dtype, device=check_device(device))
+        m, tok = load_lm(model, dtype=dtype, device=check_device(device))
         tr = quarot_rotate_(m, seed=seed)
         meta["residual_rotation"] = "quarot"
     else:
-        m, _, groups = _setup(model, dtype, device, calib, n_calib, seq_len, seed)
+        m, tok, groups = _setup(model, dtype, device, calib, n_calib, seq_len, seed)
         tr = _transforms(m, groups, transform, block, damp, alpha, seed)
+    hess = None
+    if weights == "gptq":
+        from icml26.cat.model import collect_covariances, group_hessians
+
+        if transform == "quarot":  # the rotated model's own input statistics
+            groups = collect_covariances(m, _calibration(tok, calib, n_calib, seq_len, seed))
+        hess = group_hessians(groups)
+    meta["weights"] = weights
     fake_quantize(
         m,
         w_bits,
@@ -246,6 +275,12 @@ def quantize_to_folder(
         w_group_size=w_group_size,
         transforms=tr,
         fuse=True,
+        hessians=hess,
     )
-    save_quantized(m, out, meta, overwrite=overwrite)
+    if fmt == "compressed-tensors":
+        from icml26.cat.export import export_compressed_tensors
+
+        export_compressed_tensors(m, out, transform, tokenizer=tok, overwrite=overwrite)
+    else:
+        save_quantized(m, out, meta, overwrite=overwrite)
     return m

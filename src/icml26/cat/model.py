@@ -42,6 +42,7 @@ __all__ = [
     "METHODS",
     "save_quantized",
     "load_quantized",
+    "group_hessians",
 ]
 
 METHODS = ("none", "smoothquant", "hadamard", "cat")
@@ -188,6 +189,18 @@ def build_transforms(
     return out
 
 
+def group_hessians(groups: list[InputGroup]) -> dict[str, tuple[torch.Tensor, int]]:
+    """``{linear name: (Sigma (d, d) float64, n_tokens)}`` from filled input groups: the GPTQ
+    Hessian of every linear in the untransformed basis (``X^T X / N``; the scale is irrelevant)."""
+    out = {}
+    for g in groups:
+        if g.sigma is None:
+            raise ValueError("group_hessians needs calibration statistics; run collect_covariances")
+        for n in g.names:
+            out[n] = (g.sigma, g.n_tokens)
+    return out
+
+
 def _set_module(model: nn.Module, name: str, new: nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, new)
@@ -217,6 +230,8 @@ def _fuse_diagonal(model: nn.Module, name: str, t: BlockTransform) -> bool:
         w.copy_((w.double() * diag).to(w.dtype))
     elif w.dim() == 2 and w.shape[0] == diag.shape[0]:  # up_proj rows
         w.copy_((w.double() * diag[:, None]).to(w.dtype))
+        if getattr(prod, "w_scales", None) is not None:  # already quantized: rows keep codes
+            prod.w_scales = prod.w_scales * diag.to("cpu", torch.float64)[:, None]
         if getattr(prod, "bias", None) is not None:
             prod.bias.copy_((prod.bias.double() * diag).to(prod.bias.dtype))
     else:
@@ -232,16 +247,25 @@ def quantize_model_(
     *,
     fuse: bool = False,
     skip: Sequence[str] = ("lm_head",),
+    hessians: dict[str, tuple[torch.Tensor, int]] | None = None,
+    gptq_damp: float = 0.01,
 ) -> nn.Module:
     """Replace every linear (except ``skip``) with a :class:`QuantLinear` holding
     ``Q_w(W T^{-1})`` and the online T (from ``transforms``, None/absent = identity); in place.
 
     fuse: fold diagonal transforms into the producer where exact (see module docstring); the
     linears of a fused group then carry no online transform. Call once per model.
+    hessians: ``{name: (H, n_tokens)}`` with H (d, d) the second moment of the linear's input as
+    the model is now (:func:`group_hessians`); given, weights are quantized with GPTQ under
+    ``T H T^T`` (the transformed input's) instead of RTN, with damping ``gptq_damp``. A linear
+    missing from it raises; fewer than d tokens raises naming the linear.
     """
+    from icml26.cat.gptq import gptq_codes
+
     dtype = next(model.parameters()).dtype
     linears = _linears(model, skip)
     fused: dict[int, bool] = {}
+    gptq_done: dict[tuple[int, int], dict] = {}  # GPTQ once per (transform, Hessian)
     for name, lin in linears.items():
         t = transforms.get(name)
         if t is not None and t.out_rotation is not None:
@@ -260,6 +284,29 @@ def quantize_model_(
         w = lin.weight.detach().to(torch.float64)
         if t is not None:
             w = t.inverse_into(w)
+        quantized = None
+        if hessians is not None and config.w_bits is not None:
+            if name not in hessians:
+                raise ValueError(f"{name}: GPTQ needs its input Hessian; none given for this layer")
+            h, n_tok = hessians[name]
+            key = (id(t), id(h))
+            if key not in gptq_done:  # every linear with this input and transform, stacked
+                members = [n for n in linears if n in hessians and id(hessians[n][0]) == id(h)
+                           and id(transforms.get(n)) == id(t)]
+                ws = [linears[n].weight.detach().to("cpu", torch.float64) for n in members]
+                if t is not None:
+                    ws = [t.inverse_into(x) for x in ws]
+                    td = t.dense().to("cpu")
+                    h = td @ h.to("cpu", torch.float64) @ td.T  # the transformed input's moment
+                codes, scales = gptq_codes(
+                    torch.cat(ws).cpu(), h, config.w_bits, config.w_gran, config.w_group_size,
+                    damp=gptq_damp, n_tokens=n_tok, layer=name,
+                )
+                rows = [x.shape[0] for x in ws]
+                parts = zip(codes.split(rows), scales.split(rows), strict=True)
+                gptq_done[key] = dict(zip(members, parts,
+                                          strict=True))
+            quantized = gptq_done[key][name]
         q = QuantLinear(
             w.to(lin.weight.device),
             None if lin.bias is None else lin.bias.detach(),
@@ -270,6 +317,7 @@ def quantize_model_(
             else online.blocks.to(device=lin.weight.device, dtype=dtype, copy=True),
             config,
             dtype,
+            quantized=quantized,
         )
         q.transform_kind = (
             "none" if t is None else t.kind + ("" if online is not None else "-fused")
@@ -293,11 +341,13 @@ def fake_quantize(
     transforms=None,
     fuse: bool = True,
     skip=("lm_head",),
+    hessians=None,
 ):
-    """Fake-quantize every linear at W``w_bits``A``a_bits`` (RTN, same quantizer in every arm),
-    with optional ``transforms``; in place."""
+    """Fake-quantize every linear at W``w_bits``A``a_bits`` (RTN, or GPTQ with ``hessians``:
+    see :func:`quantize_model_`; the same quantizer in every arm), with optional
+    ``transforms``; in place."""
     cfg = QuantConfig(w_bits, a_bits, w_gran, a_gran, w_group_size)
-    return quantize_model_(model, transforms or {}, cfg, fuse=fuse, skip=skip)
+    return quantize_model_(model, transforms or {}, cfg, fuse=fuse, skip=skip, hessians=hessians)
 
 
 @torch.no_grad()

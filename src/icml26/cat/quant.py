@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["QuantConfig", "quantize_sym", "QuantLinear", "check_bits"]
+__all__ = ["QuantConfig", "quantize_sym", "rtn_codes", "dequantize_codes", "QuantLinear", "check_bits"]
 
 
 def check_bits(bits: int | None, name: str) -> None:
@@ -52,6 +52,36 @@ def quantize_sym(
     scale = (amax / qmax).clamp_min(torch.finfo(work).tiny)
     out = torch.clamp(torch.round(v / scale), -qmax, qmax) * scale
     return out.reshape(shape).to(x.dtype)
+
+
+def rtn_codes(
+    w: torch.Tensor, bits: int, granularity: str = "channel", group_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The integer form of :func:`quantize_sym` for a weight (m, d): codes (m, d) int8 in
+    ``[-q_max, q_max]`` and float64 scales (m, 1) (``"channel"``) or (m, d / group_size)
+    (``"group"``); ``dequantize_codes(codes, scales)`` equals ``quantize_sym`` in float64."""
+    check_bits(bits, "bits")
+    v = w.detach().to(torch.float64)
+    m, d = v.shape
+    if granularity == "channel":
+        gs = d
+    elif granularity == "group":
+        gs = group_size
+        if not gs or d % gs:
+            raise ValueError(f"group_size {group_size} must divide the last dim {d}")
+    else:
+        raise ValueError(f"weight granularity must be 'channel' or 'group'; got {granularity!r}")
+    qmax = 2 ** (bits - 1) - 1
+    vg = v.reshape(m, d // gs, gs)  # (m, groups, gs)
+    scale = (vg.abs().amax(-1) / qmax).clamp_min(torch.finfo(torch.float64).tiny)
+    codes = torch.clamp(torch.round(vg / scale[..., None]), -qmax, qmax)
+    return codes.reshape(m, d).to(torch.int8), scale
+
+
+def dequantize_codes(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """``codes * scales`` (m, d) float64, each scale column covering d / n_groups inputs."""
+    gs = codes.shape[1] // scales.shape[1]
+    return codes.to(torch.float64) * scales.to(torch.float64).repeat_interleave(gs, dim=1)
 
 
 @dataclass(frozen=True)
@@ -94,6 +124,9 @@ class QuantLinear(nn.Module):
 
     weight: (out, in) already multiplied by ``T^{-1}``; ``blocks``: (n, b, b) T blocks or None.
     The transform runs in the module's dtype; quantizers work in float32.
+    quantized: ``(codes, scales)`` from another weight quantizer (GPTQ) to use instead of RTN.
+    The integer form is kept (``w_codes`` int8, ``w_scales`` float64; plain attributes, not in the state dict) for
+    export to a packed-integer format (:mod:`icml26.cat.export`).
     """
 
     def __init__(
@@ -103,15 +136,26 @@ class QuantLinear(nn.Module):
         blocks: torch.Tensor | None,
         config: QuantConfig,
         dtype: torch.dtype,
+        quantized: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         super().__init__()
         self.config = config
         self.in_features = weight.shape[1]
         self.out_features = weight.shape[0]
-        w = weight
+        w, codes, scales = weight, None, None
         if config.w_bits is not None:
-            w = quantize_sym(w.to(torch.float64), config.w_bits, config.w_gran, config.w_group_size)
+            if quantized is None:
+                if config.w_gran == "tensor":
+                    w = quantize_sym(w.to(torch.float64), config.w_bits, "tensor")
+                else:
+                    quantized = rtn_codes(w, config.w_bits, config.w_gran, config.w_group_size)
+            if quantized is not None:
+                codes, scales = quantized
+                w = dequantize_codes(codes, scales)
         self.register_buffer("weight", w.to(dtype))
+        # plain attributes (not buffers): dtype casts of the model leave them exact
+        self.w_codes: torch.Tensor | None = None if codes is None else codes.cpu()
+        self.w_scales: torch.Tensor | None = None if scales is None else scales.cpu()
         self.register_buffer("bias", None if bias is None else bias.to(dtype))
         self.register_buffer("blocks", None if blocks is None else blocks.to(dtype))
         self.transform_kind = "none"
