@@ -185,7 +185,7 @@ CLAIMS: list[Claim] = [
                           # CAT): 39.8 CPU-s in tests/cat/test_cat_claim.py
             "small": 70,  # docs/cat.md 2026-12-07 (issue 37 arms + GPTQ rows, float32): seed 0
                           # measured at 47 CPU-min (FP, SQNR, FlatQuant-lite, full CAT, 18 evals),
-                          # seed 1 at 11; seed 2 (~12) not run
+                          # seed 1 at 11, seed 2 at ~12 (627 s wall)
         },
     ),
     Claim(
