@@ -76,6 +76,8 @@ UNIT = within(0, 1)
 # "method command" -> option name -> range. Ints not listed: >= 1 (counts, sizes, steps); seed >= 0.
 RANGES: dict[str, dict[str, Range]] = {
     "algosteer run": {"temperature": GE0, "time_s": POS},
+    "algosteer score": {"temperature": GE0, "time_s": POS},
+    "algosteer promptfoo": {"temperature": GE0},
     "atlas calibrate": {"quadpts": ge(5), "tol": POS, "chunk": ge(2)},
     "atlas test": {"se_stop": POS, "min_items": GE0},
     "binarypc eval": {"budget": SHARE},

@@ -244,6 +244,17 @@ SKIP: dict[str, str] = {
     r"^icml26 deepcommit (build|run|score) /tmp/dc-self": (
         "the doc's record of a run on this repository's own history (/tmp/dc-self)"
     ),
+    r"^icml26 algosteer (export|score|promptfoo|stats mine)\b": (
+        "the user's own logs and generations; tests/algosteer/test_algosteer_cli.py runs "
+        "export, score and promptfoo on a stub grid, test_algosteer_samples.py the round trip"
+    ),
+    r"^icml26 cyberpal (export-hf|lm-eval-task)\b": (
+        "export-hf reads a built data.jsonl (MiniLM over the catalogue); "
+        "tests/cyberpal/test_cyberpal_cli.py runs both commands"
+    ),
+    r"^icml26 deepcommit export DATA": (
+        "needs a verified build (DATA); tests/deepcommit/test_deepcommit_pipeline.py runs it"
+    ),
 }
 
 
@@ -651,6 +662,10 @@ SNIPPETS: dict[tuple[str, str], object] = {
     ("lems.md", "compress(model, calib"): f"{_LM}: K-FAC statistics and compression",
     ("oserve.md", "WorkloadTypes(k=4"): _pre_oserve,
     ("quartet2.md", 'quantize_nvfp4(x, mode="rtn")'): _pre_quartet2,
+    ("quartet2.md", 'backend="te"'): "Transformer Engine on a Blackwell GPU (the error paths: "
+    "tests/quartet2/test_quartet2_backends.py)",
+    ("cat.md", "apply_transform_config(model"): "reloads a compressed-tensors export folder "
+    "(tests/cat/test_cat_export.py does, on a tiny model)",
     ("quatro.md", "policy_loss(logp"): "ends in a 100-step RL run (RLLoop): minutes; "
     "tests/quatro/test_quatro_loop.py",
     ("quatro.md", "TrDualGRPOTrainer("): "a TRL GRPO training run on the user's model and dataset",

@@ -127,7 +127,7 @@ def test_llm_claim_path_runs_batched(tmp_path, chat):
     r = run_claim(
         claims_index.get("skillpro"), scale="tiny", out_root=tmp_path,
         options={"agent": str(tmp_path / "m"), "iters": "1", "episodes": "1", "eval": "1",
-                 "hard": "1", "meta": "0"},
+                 "hard": "1", "meta": "0", "precondition": "0"},
     )
     assert r.get("error") is None, r.get("error")
     names = [row["system"] for row in r["rows"]]

@@ -194,9 +194,10 @@ def _arms(ctx: RunContext, cat: str) -> list[str]:
             "flatquant-lite", cat]
     if ctx.scale != "tiny":
         arms.append("cat-full")
-    drop = {"cat-full": "full_cat", "quarot": "quarot", "sq+quarot": "quarot",
-            "flatquant-lite": "flatquant"}
-    return [a for a in arms if ctx.options.get(drop.get(a, ""), "1") != "0"]
+    o = ctx.options
+    keep = {"cat-full": o.get("full_cat", "1"), "quarot": o.get("quarot", "1"),
+            "sq+quarot": o.get("quarot", "1"), "flatquant-lite": o.get("flatquant", "1")}
+    return [a for a in arms if keep.get(a, "1") != "0"]
 
 
 def _sq_quarot_view(sq: dict, view: dict) -> dict:
