@@ -299,7 +299,8 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 0.5,  # measured 2026-12-07: 24-26 CPU-s (part (c) on tiny Llamas + part (a))
-            "small": 120,  # estimate: part (a) ~35 + (b) ~10 (docs/atlas.md) + part (c) ~75: 12
+            "small": 120,  # estimate; the 2026-12-07 record took 84 CPU-min with part of its
+                           # tables memoised. Part (a) ~35 + (b) ~10 (docs/atlas.md) + part (c) ~75: 12
                            # log-prob tables x 400 items timed per item on a loaded 2-core machine
                            # (SmolLM2 0.64/0.45, Gemma 1.37/0.90, Qwen-0.5B 1.84/1.21 CPU-s per
                            # item letter/logprob, 1 thread); ~0 once the tables are cached
