@@ -118,6 +118,10 @@ def test_format_and_headline_text():
         "target": 3.0,
     }
     assert headline_text(rec) == "2x [1.5, 2.5] (target < 3x)"
+    # a run that stopped before its headline (JSON null, or NaN in memory) says so, not "x"
+    for missing in (None, float("nan")):
+        rec["headline"]["value"] = missing
+        assert headline_text(rec) == "not measured (target < 3x)"
 
 
 def _rec(name, value, spread, verdict, hib=True, target=1.0, paper=None):

@@ -74,8 +74,11 @@ def headline_text(record: dict) -> str:
     if not h:
         return "—"
     unit = h.get("unit") or ""
-    text = f"{format_value(h['value'])}{unit}"
-    if h.get("spread"):
+    value = h.get("value")
+    # a run stopped before its headline (e.g. a failed precondition) has no value
+    measured = value is not None and not (isinstance(value, float) and math.isnan(value))
+    text = f"{format_value(value)}{unit}" if measured else "not measured"
+    if h.get("spread") and measured:
         lo, hi = h["spread"]
         text += f" [{format_value(lo)}, {format_value(hi)}]"
     op = ">" if h.get("higher_is_better", True) else "<"
