@@ -243,7 +243,12 @@ ATLAS = (
 )
 
 ALGOSTEER = (
-    _model(),
+    _model("the LM: a zoo name, an HF folder or a .gguf (tiny: the packaged SmolLM2-135M-Instruct; "
+           "small/full: qwen2.5-coder-0.5b-instruct)"),
+    Opt("tasks", "list", "tasks of the grid (tiny fib; small fib,tree,dedup,ratelimit,sorting, the "
+        "paper's core grid; full all 11)"),
+    Opt("cues", "list", "cues of the grid (tiny none,none_resampled,performance,naming; small/full "
+        "all 23); none and none_resampled are always added"),
     Opt("endpoint", "str", "an OpenAI-compatible server instead, http://HOST/v1#MODEL"),
     Opt("chat", "str", "a core.chat.get_chat spec instead of model"),
     _dtype("auto"),

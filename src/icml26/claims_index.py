@@ -324,9 +324,9 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # estimate: SmolLM2 load + 16 generations of 64 tokens
-            "small": 60,  # estimate: 1,760 generations of <= 160 tokens at ~110-140 tokens per
-                          # CPU-s (docs/tie.md's sampler, batch 48): ~35-45, plus prefill, tests and
-                          # analysis
+            "small": 120,  # estimate (issue 38 grid): 2,300 Qwen2.5-Coder-0.5B generations of
+                           # ~70 tokens (<= 256); a 30-generation probe at batch 24 on the loaded
+                           # 2-core machine took 4.1 CPU-s each (2026-12-07); batch 48 ~2-3
         },
     ),
     Claim(

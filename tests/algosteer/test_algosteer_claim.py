@@ -144,3 +144,50 @@ def test_power_checks_on_known_cells():
     checks = {c.kind: c for c in claim_mod.power_checks(rows, table, config, 10, n_boot=200)[0]}
     assert checks["degeneracy"].passed is False and checks["degeneracy"].values["differing"] == 0
     assert checks["control"].passed is False and checks["floor"].passed is False
+
+
+def test_small_grid_is_the_papers_core_grid_on_qwen():
+    """Issue 38: small = fib, tree, dedup, rate limiter, sorting x all 23 cues x 20 samples, with
+    room for Qwen2.5-Coder-0.5B's replies; tasks/cues override it and keep the two no-cue cells."""
+    from icml26.algosteer.cues import CUES
+
+    config = claim_mod.grid_config("small")
+    assert config.tasks == ("fib", "tree", "dedup", "ratelimit", "sorting")
+    assert set(config.cues) == set(CUES) and len(config.cues) == 23
+    assert config.samples == 20 and config.max_new_tokens == 256
+    assert claim_mod.SMALL_MODEL == "qwen2.5-coder-0.5b-instruct"
+    cut = claim_mod.grid_config("small", tasks=["dedup"], cues=["performance", "naming"])
+    assert cut.tasks == ("dedup",)
+    assert cut.cues == ("none", "none_resampled", "performance", "naming")
+    with pytest.raises(Exception, match="unknown task 'fibb'.*did you mean fib"):
+        claim_mod.grid_config("small", tasks=["fibb"])
+    with pytest.raises(Exception, match="performanse"):
+        claim_mod.grid_config("small", cues=["performanse"])
+
+
+def test_small_backend_defaults_to_the_qwen_zoo_model(monkeypatch):
+    """``make_backend`` loads the zoo's Qwen2.5-Coder-0.5B at small and the packaged SmolLM2 at
+    tiny unless ``--opt model`` names another."""
+    import icml26.algosteer.backends as backends
+
+    seen = []
+
+    class Fake:
+        def __init__(self, path, device, dtype, batch):
+            seen.append(path)
+
+    monkeypatch.setattr(backends, "HFBackend", Fake)
+
+    class Ctx:
+        device = "cpu"
+
+        def __init__(self, scale, options):
+            self.scale, self.options = scale, options
+
+        def pick(self, **kw):
+            return kw[self.scale]
+
+    assert claim_mod.make_backend(Ctx("small", {}))[1] == "qwen2.5-coder-0.5b-instruct"
+    assert claim_mod.make_backend(Ctx("tiny", {}))[1] == "smollm2"
+    assert claim_mod.make_backend(Ctx("small", {"model": "x.gguf"}))[1] == "x.gguf"
+    assert seen == ["qwen2.5-coder-0.5b-instruct", None, "x.gguf"]

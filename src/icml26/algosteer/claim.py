@@ -1,8 +1,9 @@
 """Claim ``algosteer``: incidental cues shift algorithm families among programs passing the same
 tests; semantic cues more than the noise floor (and than innocuous ones); naming mitigates.
 
-Grid (``small``): SmolLM2-135M-Instruct, bf16, T = 0.8, <= 160 new tokens; all 11 tasks; cues none, none (resampled), performance, readability, memoize (semantic and
-surface), team name, naming; 20 samples per cell. Headline: mean TVD (vs no cue) of the semantic
+Grid (``small``, issue 38): Qwen2.5-Coder-0.5B-Instruct (dtype policy), T = 0.8, <= 256 new
+tokens; the paper's core tasks (fib, tree, dedup, rate limiter, sorting) x all 23 cues, 20
+samples per cell (2,300 generations). Headline: mean TVD (vs no cue) of the semantic
 cues / TVD of the resampled no-cue control, over informative cells (>= 10 gated programs in the
 cue, base and control cells), 95% bootstrap CI (cells resampled independently); target > 1.
 When no cell is informative (a weak model), the verdict is ``uninformative`` with the reason; the
@@ -14,9 +15,10 @@ the floor is the resampled control's TVD (sampling noise alone), which the seman
 must exceed; the degeneracy check counts the informative cued cells whose family distribution
 differs from the no-cue cell at all. A check with no informative cell is not measured.
 
-Options (``--opt key=value``): ``model`` (HF folder/.gguf; default packaged SmolLM2), ``endpoint``
+Options (``--opt key=value``): ``model`` (zoo name, HF folder or .gguf; tiny: the packaged
+SmolLM2, else Qwen2.5-Coder-0.5B-Instruct), ``tasks`` and ``cues`` (comma lists), ``endpoint``
 (``http://HOST/v1#MODEL``, OpenAI-compatible), ``chat`` (a ``core.chat.get_chat`` spec),
-``dtype`` (bf16), ``batch_size``, ``log`` (run-log path; default ``OUT/runs.jsonl``, resumed),
+``dtype`` (the dtype policy), ``batch_size``, ``log`` (run-log path; default ``OUT/runs.jsonl``, resumed),
 ``samples`` (per cell, overrides the scale's), ``reuse`` (comma-separated run logs whose matching
 generations are re-scored instead of regenerated; see :func:`run_grid`), ``budget_min`` (no new
 generation chunk starts after this many minutes; the analysis then covers the cells' samples so
@@ -25,6 +27,7 @@ far, and the table's ``n`` says how many).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -47,17 +50,13 @@ from icml26.core.claims import Measure, Result, RunContext
 from icml26.core.errors import UserError
 
 TARGET = 1.0
-SMALL_CUES = (
-    "none",
-    "none_resampled",
-    "performance",
-    "readability",
-    "memo_semantic",
-    "memo_surface",
-    "team_name",
-    "naming",
-)
+#: the paper's core grid (fib, tree, dedup) plus its rate limiter and sorting tasks
+SMALL_TASKS = ("fib", "tree", "dedup", "ratelimit", "sorting")
+#: every cue channel (issue 38); the eight of the earlier SmolLM2 grid are a subset
+SMALL_CUES = tuple(CUES)
 FULL_CUES = tuple(CUES)
+#: the zoo model of ``small``/``full`` (SmolLM2 passed 45 of 768 programs: uninformative)
+SMALL_MODEL = "qwen2.5-coder-0.5b-instruct"
 #: the power checks' systems (summary rows' ``cue``)
 CONTROL = "naming cue (positive control): mean gated TVD vs no cue"
 NULL = "resampled no-cue control: mean gated TVD vs no cue"
@@ -65,16 +64,28 @@ SEMANTIC = "semantic cues: mean gated TVD vs no cue"
 
 
 def grid_config(
-    scale: str, model: str = "smollm2", seed: int = 0, samples: int | None = None
+    scale: str,
+    model: str = "smollm2",
+    seed: int = 0,
+    samples: int | None = None,
+    tasks: Sequence[str] | None = None,
+    cues: Sequence[str] | None = None,
 ) -> GridConfig:
-    """The grid of each scale (``small``: all 11 tasks x 8 cues x 20 samples; ``full``: every
-    task, every cue, 15 samples). ``samples`` overrides the samples per cell."""
+    """The grid of each scale. ``small``: the paper's core grid (:data:`SMALL_TASKS`) x every cue
+    x 20 samples, <= 256 new tokens (Qwen2.5-Coder-0.5B's replies to these prompts run to ~190
+    tokens; 160 cut some); ``full``: every task and cue, 15 samples, 512 tokens. ``samples``,
+    ``tasks`` and ``cues`` override the scale's; the no-cue and resampled no-cue cells are always
+    in the grid (the headline and its floor need them)."""
     from icml26.algosteer.tasks import TASKS
+
+    def cue_list(default: tuple[str, ...]) -> tuple[str, ...]:
+        picked = tuple(cues) if cues else default
+        return tuple(dict.fromkeys(("none", "none_resampled", *picked)))
 
     if scale == "tiny":
         return GridConfig(
-            tasks=("fib",),
-            cues=("none", "none_resampled", "performance", "naming"),
+            tasks=tuple(tasks or ("fib",)),
+            cues=cue_list(("performance", "naming")),
             samples=samples or 4,
             max_new_tokens=64,
             seed=seed,
@@ -82,17 +93,17 @@ def grid_config(
         )
     if scale == "small":
         return GridConfig(
-            tasks=tuple(TASKS),
-            cues=SMALL_CUES,
+            tasks=tuple(tasks or SMALL_TASKS),
+            cues=cue_list(SMALL_CUES),
             samples=samples or 20,
             temperature=0.8,
-            max_new_tokens=160,
+            max_new_tokens=256,
             seed=seed,
             model=model,
         )
     return GridConfig(
-        tasks=tuple(TASKS),
-        cues=FULL_CUES,
+        tasks=tuple(tasks or TASKS),
+        cues=cue_list(FULL_CUES),
         samples=samples or 15,
         temperature=0.8,
         max_new_tokens=512,
@@ -111,7 +122,7 @@ def make_backend(ctx: RunContext):
     if opts.get("chat"):
         return ChatBackend.from_spec(opts["chat"], device=ctx.device), opts["chat"]
     batch = int(opts.get("batch_size", ctx.pick(tiny=24, small=48, full=64)))
-    model = opts.get("model")
+    model = opts.get("model") or ctx.pick(tiny=None, small=SMALL_MODEL, full=SMALL_MODEL)
     return (HFBackend(model, ctx.device, opts.get("dtype"), batch), model or "smollm2")
 
 
@@ -381,7 +392,21 @@ def run(ctx: RunContext) -> Result:
             raise UserError(f"--opt samples must be an integer; got {samples!r}") from None
         if samples < 1:
             raise UserError(f"--opt samples must be >= 1; got {samples}")
-    config = grid_config(ctx.scale, model=model_name, seed=ctx.seed, samples=samples)
+    def names(key: str) -> list[str] | None:
+        value = ctx.options.get(key)
+        if value is None or value == "":
+            return None
+        items = value if isinstance(value, list | tuple) else str(value).split(",")
+        return [str(x).strip() for x in items if str(x).strip()] or None
+
+    config = grid_config(
+        ctx.scale,
+        model=model_name,
+        seed=ctx.seed,
+        samples=samples,
+        tasks=names("tasks"),
+        cues=names("cues"),
+    )
     min_n = ctx.pick(tiny=2, small=10, full=10)
     log = ctx.options.get("log") or ctx.out_dir / "runs.jsonl"
     reuse = [x for x in str(ctx.options.get("reuse", "")).split(",") if x]
