@@ -61,3 +61,7 @@ def test_flatquant_lite_lowers_its_objective_and_keeps_the_block():
     # zero steps: the initial transform back
     t0 = learn_affine_transform([w], x.float(), init, 4, 4, steps=0)
     assert torch.allclose(t0.blocks, init.blocks)
+    # under no_grad (a lazy arm built inside layer_sqnr) it trains the same
+    with torch.no_grad():
+        t_ng = learn_affine_transform([w], x.float(), init, 4, 4, steps=40, lr=5e-3)
+    assert torch.equal(t_ng.blocks, t.blocks)

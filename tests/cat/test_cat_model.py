@@ -136,3 +136,40 @@ def test_cat_needs_enough_calibration_tokens():
     few = collect_covariances(m, [IDS[:1, :8]])
     with pytest.raises(ValueError, match="calibration tokens, need at least 2 x block"):
         build_transforms(m, few, "cat", block=16)
+
+
+def test_layer_sqnr_builds_one_arm_at_a_time(groups):
+    """Arms given as callables are built when their pass starts and give the same rows as
+    prebuilt dicts; no two arms' statistics are alive at once (the claim's memory bound)."""
+    import gc
+
+    import icml26.cat.model as model_mod
+
+    m = _llama(torch.float64)
+    built = {"rtn": {}, "cat": build_transforms(m, groups["llama"], "cat", block=16),
+             "hadamard": build_transforms(m, groups["llama"], "hadamard", block=16)}
+    eager = layer_sqnr(m, [IDS], built, 4, 4)
+    events, alive, peak = [], set(), [0]
+    real = model_mod.SQNRStats
+
+    class Counted(real):
+        def __post_init__(self):
+            super().__post_init__()
+            alive.add(id(self))
+            peak[0] = max(peak[0], sum(1 for o in gc.get_objects() if isinstance(o, Counted)))
+
+    def lazy(arm):
+        def make():
+            events.append(arm)
+            return built[arm]
+
+        return make
+
+    model_mod.SQNRStats = Counted
+    try:
+        rows = layer_sqnr(m, iter([IDS]), {a: lazy(a) for a in built}, 4, 4)
+    finally:
+        model_mod.SQNRStats = real
+    assert events == ["rtn", "cat", "hadamard"]
+    assert rows == eager  # same order, bit-identical terms
+    assert peak[0] <= 14  # one arm's linears (a one-shot iterator of batches serves every pass)

@@ -89,7 +89,13 @@ def learn_affine_transform(
     error ``mean ||x W^T - Q_a(x T^T) Q_w(W T^{-1})^T||^2 / mean ||x W^T||^2`` over the linears
     that read ``x`` (N, d), with Adam (``lr``) for ``steps`` steps; rounding passes gradients
     straight through (scales are not learned). Returns the best T seen (lowest loss, the
-    initial one included), kind ``"flatquant-lite-b{b}"``."""
+    initial one included), kind ``"flatquant-lite-b{b}"``. Trains with gradients on even when
+    called under ``torch.no_grad()`` (e.g. by a lazy arm inside :func:`layer_sqnr`)."""
+    with torch.enable_grad():
+        return _learn_affine(weights, x, init, w_bits, a_bits, steps, lr, layer)
+
+
+def _learn_affine(weights, x, init, w_bits, a_bits, steps, lr, layer) -> BlockTransform:
     w = torch.cat([wi.detach().to("cpu", torch.float32) for wi in weights])  # (M, d)
     x = x.to(torch.float32)
     n, b, _ = init.blocks.shape

@@ -285,15 +285,16 @@ def run(ctx: RunContext) -> Result:
         groups = collect_covariances(model, calib, progress=ctx.progress)
         st = _SeedState(model, calib, groups, seed, block, damp, fq_steps, fq_tokens, ctx.progress)
         if si == 0 and "sqnr" not in memo:
+            # built lazily, one arm per layer_sqnr pass (the QuaRot views are not kept after it)
             views = {}
             for arm in arms4:
                 if arm == "quarot":
-                    views[arm] = quarot_layer_transforms(model, seed=1000 * seed)
+                    views[arm] = lambda s=seed: quarot_layer_transforms(model, seed=1000 * s)
                 elif arm == "sq+quarot":
-                    views[arm] = _sq_quarot_view(
-                        st.rotated()["sq"], quarot_layer_transforms(model, seed=1000 * seed))
+                    views[arm] = lambda s=seed: _sq_quarot_view(
+                        st.rotated()["sq"], quarot_layer_transforms(model, seed=1000 * s))
                 else:
-                    views[arm] = st.transforms(arm)
+                    views[arm] = lambda a=arm: st.transforms(a)
             memo.put("sqnr", layer_sqnr(model, held, views, 4, 4, progress=ctx.progress))
             del views
         for wq, bits, arm, _ in todo:

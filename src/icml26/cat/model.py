@@ -12,7 +12,7 @@ and {gate,up}, and ``up_proj``'s rows before ``down_proj``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -354,7 +354,7 @@ def fake_quantize(
 def layer_sqnr(
     model: nn.Module,
     batches: Iterable[torch.Tensor],
-    arms: dict[str, dict[str, BlockTransform | None]],
+    arms: Mapping[str, dict[str, BlockTransform | None] | Callable[[], dict]],
     w_bits: int | None,
     a_bits: int | None,
     *,
@@ -363,30 +363,41 @@ def layer_sqnr(
     progress=None,
 ) -> list[dict]:
     """Per-linear SQNR decomposition for each arm on held-out ``batches`` of the unquantized
-    model's own inputs. Returns rows ``{layer, arm, <SQNRStats.terms()>}``."""
+    model's own inputs. Returns rows ``{layer, arm, <SQNRStats.terms()>}`` (arm-major).
+
+    One forward pass per arm: only that arm's statistics (two weight copies per linear) and
+    transforms are alive at a time, so memory does not grow with the number of arms (nine arms
+    at once held ~15 GB for SmolLM2). An arm's value may be a zero-argument callable that builds
+    its ``{linear: transform}`` dict when its pass starts; it is dropped after the pass. The
+    inputs each arm sees are the same unquantized activations, so the rows equal one shared
+    pass's."""
     linears = _linears(model, skip)
-    stats = {
-        (arm, n): SQNRStats(lin.weight.detach().cpu(), w_bits, a_bits, tr.get(n), dtype)
-        for arm, tr in arms.items()
-        for n, lin in linears.items()
-    }
+    batches = list(batches)
+    rows: list[dict] = []
+    for arm, transforms in arms.items():
+        tr = transforms() if callable(transforms) else transforms
+        stats = {
+            n: SQNRStats(lin.weight.detach().cpu(), w_bits, a_bits, tr.get(n), dtype)
+            for n, lin in linears.items()
+        }
+        del tr
+        forward_with_pre_hooks(
+            model,
+            batches,
+            {m: _sqnr_hook(stats[n]) for n, m in linears.items()},
+            progress=progress,
+            description=f"layer SQNR ({arm})",
+        )
+        rows += [{"layer": n, "arm": arm, **s.terms()} for n, s in stats.items()]
+        del stats
+    return rows
 
-    def hook(name):
-        def f(mod, args):
-            x = args[0].detach().cpu()
-            for arm in arms:
-                stats[(arm, name)].update(x)
 
-        return f
+def _sqnr_hook(stats: SQNRStats):
+    def f(mod, args):
+        stats.update(args[0].detach().cpu())
 
-    forward_with_pre_hooks(
-        model,
-        batches,
-        {m: hook(n) for n, m in linears.items()},
-        progress=progress,
-        description="layer SQNR",
-    )
-    return [{"layer": n, "arm": arm, **s.terms()} for (arm, n), s in stats.items()]
+    return f
 
 
 def save_quantized(model: nn.Module, out: Path, manifest: dict, overwrite: bool = False) -> Path:
