@@ -353,18 +353,24 @@ SKILLPRO = (
 )
 
 CYBERPAL = (
-    _model("the LM: a zoo name, an HF folder or a .gguf (default the packaged SmolLM2; tiny: a "
-           "from-scratch tiny_llama)"),
+    _model("the LM: a zoo name, an HF folder or a .gguf (small and full: "
+           "qwen2.5-coder-0.5b-instruct; tiny: a from-scratch tiny_llama)"),
     _dtype("fp32 at tiny, else the dtype policy; for evaluation", auto=False),
-    Opt("seeds", "list", "training seeds (0; small 0,1; full 0,1,2)", item="int", min=0),
+    Opt("seeds", "list", "training seeds (0; small 0,1,2,3,4; full 0,1,2)", item="int", min=0),
     _count("n_cwes", "CWEs (10/50/50)"),
     _count("n_id_test", "in-distribution test CVEs (12/150/150)"),
     _count("n_ood", "out-of-distribution test CVEs (tiny 16)"),
-    _count("train_cap", "training CVEs before verification (20/100000/100000)"),
+    _count("train_cap", "training CVEs before verification (20/100/100000)"),
     _count("epochs", "SFT epochs (2/1/2)"),
     _count("batch", "SFT batch size (1/4/8)"),
-    Opt("lr", "float", "SFT learning rate (3e-3/1e-4/2e-5)", min=0, exclusive_min=True),
-    _count("n_rank", "OOD CVEs for the ranking rows (4/40/150)"),
+    Opt("lr", "float", "SFT learning rate (3e-3/1e-3 LoRA/2e-5)", min=0, exclusive_min=True),
+    _flag("lora", "1: every arm trains a LoRA (r 16, alpha 32) instead of all weights (0/1/0)"),
+    Opt("headline", "choice", "rank: OOD top-1 of the log-prob ranking of the candidate CWEs, "
+        "B / A (issue 38; independent of the answer format); gen: OOD any-gold accuracy of the "
+        "generated answer, B / A (rank)", choices=("rank", "gen")),
+    _count("gen_seeds", "how many seeds also get the generation evaluation of ID and OOD CVEs "
+           "(all/1/all; the gen headline needs them all)"),
+    _count("n_rank", "OOD CVEs for the rank mode, every seed and arm (4/40/150)"),
     _count("n_mcq", "MCQ items per difficulty (8/48/400)"),
     _count("n_lm", "records arm C's LM writes traces for (2/8/100000)"),
     _count("gen_bs", "generation batch size (64/48/32)"),
@@ -372,7 +378,8 @@ CYBERPAL = (
     Opt("merge", "list", "run folders of workers whose finished units are merged first"),
     Opt("c_min_keep", "float", "arm C trains only if this share of its traces verifies (0.3)",
         min=0, max=1),
-    _flag("token_matched", "1 adds arm A trained on as many tokens as B (1 at tiny, else 0)"),
+    _flag("token_matched", "1 adds arm A trained on as many tokens as B (1 at tiny and small, "
+          "else 0)"),
     Opt("floor_correct", "float", "near-zero rule: fewest OOD CVEs right (5)", min=0),
     Opt("floor_chance", "float", "near-zero rule: multiple of uniform chance (2)", min=0),
 )

@@ -459,11 +459,12 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # estimate: tiny_llama, 10 CWEs, 16 OOD CVEs, MiniLM
-            # docs/cyberpal.md says ~55 CPU-min (an AMX machine, bf16); on an AVX2 machine (fp32)
-            # on 2026-12-02 arm A's first seed alone had not finished after 40 CPU-min, and small
-            # trains 4 such units (A, B x 2 seeds; token_matched=1 adds 2): an estimate;
-            # measured 2026-12-02 on an AMX machine (bf16) with token_matched=1: 143 CPU-min
-            "small": 180,
+            # issue-38 design (Qwen2.5-Coder-0.5B + LoRA, 5 seeds x A/B/Atok, 100 training CVEs,
+            # rank on 40 OOD CVEs every seed): an estimate from a 2026-12-07 probe, fp32, one
+            # thread: LoRA SFT 42 tok/CPU-s (A 64 / B 100 CPU-s per 32 records), rank mode
+            # 8.75 CPU-s per CVE (50 labels) -> ~37 CPU-min per seed + seed 0's generations,
+            # MCQ and the base rows; two workers (--opt units=...) halve the wall time
+            "small": 210,
         },
     ),
     Claim(

@@ -29,3 +29,57 @@ def test_tiny_claim_runs(tmp_path):
             p.name == f for p in tmp_path.rglob("*.png"))
     if rec["uninformative"]:  # the near-zero rule (both arms near zero OOD)
         assert rec["verdict"] == "uninformative" and "floor" in rec["uninformative"]
+    # issue 38: the rank mode is the headline, measured on every seed
+    assert rec["headline"]["name"].startswith("OOD CVE->CWE rank-mode top-1")
+    assert (tmp_path / "cyberpal" / "tiny" / "rank.png").is_file() or any(
+        p.name == "rank.png" for p in tmp_path.rglob("*.png"))
+    assert any("rank mode on every seed" in n for n in rec["notes"])
+
+
+def _ctx(scale, options):
+    class Ctx:
+        def pick(self, **kw):
+            return kw[scale]
+
+    c = Ctx()
+    c.scale, c.options = scale, options
+    return c
+
+
+def test_small_defaults_are_the_issue_38_design():
+    """Qwen2.5-Coder-0.5B + LoRA, 5 seeds, rank headline, generations on the first seed only;
+    a gen headline needs generations on every seed."""
+    import pytest
+
+    from icml26.core.errors import UserError
+    from icml26.cyberpal import claim
+
+    S = claim._sizes(_ctx("small", {}))
+    assert S["seeds"] == [0, 1, 2, 3, 4] and S["lora"] == 1 and S["gen_seeds"] == 1
+    assert S["headline"] == "rank" and S["lr"] == 1e-3
+    assert claim.DEFAULT_MODEL == "qwen2.5-coder-0.5b-instruct"
+    assert claim._sizes(_ctx("tiny", {}))["gen_seeds"] == 1  # capped at the number of seeds
+    with pytest.raises(UserError, match="headline=gen needs the generation evaluation"):
+        claim._sizes(_ctx("small", {"headline": "gen"}))
+    S = claim._sizes(_ctx("small", {"headline": "gen", "gen_seeds": "5"}))
+    assert S["headline"] == "gen" and S["gen_seeds"] == 5
+
+
+def test_rank_power_checks_and_degeneracy_use_rank_predictions():
+    """The rank-mode power checks read the rank arrays and compare the arms' top-1 labels."""
+    import numpy as np
+
+    from icml26.cyberpal.report import ARM_NAMES, NN, power_checks
+
+    A, B = ARM_NAMES["A"], ARM_NAMES["B"]
+    correct = {A: np.array([[1, 0, 0, 0], [0, 1, 0, 0]]), B: np.array([[1, 1, 1, 0], [1, 1, 0, 1]]),
+               NN: np.array([[1, 1, 1, 1]]), "const": np.array([[0, 0, 0, 0]])}
+    results = {("A", 0): {"rank": {"pred": [1, 2, 3, 4]}, "texts": None},
+               ("B", 0): {"rank": {"pred": [1, 2, 5, 6]}, "texts": None},
+               ("A", 1): {"rank": {"pred": [1, 2, 3, 4]}, "texts": None},
+               ("B", 1): {"rank": {"pred": [1, 2, 3, 4]}, "texts": None}}
+    checks = {c.kind: c for c in power_checks(correct, results, ["A", "B"], [0, 1], "const", 0,
+                                               metric="OOD rank-mode top-1 accuracy", mode="rank")}
+    assert checks["degeneracy"].values == {"differing": 2.0, "total": 8.0}
+    assert checks["floor"].values[B] == 0.75 and checks["floor"].values["const"] == 0.0
+    assert checks["control"].values[NN] == 1.0

@@ -63,7 +63,8 @@ def test_constant_label_floor_is_the_most_frequent_training_answer():
 
 
 def _per_cve(**arms):
-    return {k: {"ood": np.asarray(v, dtype=float)} for k, v in arms.items()}
+    """system -> (seeds, CVEs) OOD correctness, as power_checks reads it"""
+    return {k: np.asarray(v, dtype=float) for k, v in arms.items()}
 
 
 def test_floor_fails_when_both_arms_are_at_or_below_the_constant_label():
@@ -85,7 +86,7 @@ def test_floor_fails_when_both_arms_are_at_or_below_the_constant_label():
                          power=list(checks.values()))
     assert v.value == "uninformative" and "floor" in why
     # one arm above the floor's CVE-bootstrap interval: the floor passes
-    per[ARM_NAMES["A"]]["ood"] = np.asarray([_hits(9, n)])
+    per[ARM_NAMES["A"]] = np.asarray([_hits(9, n)])
     assert {c.kind: c for c in power_checks(per, texts, ["A", "B"], [0], const, 0)}[
         "floor"].passed is True
 

@@ -4,11 +4,17 @@ Arms, all trained from the same base on the *same* CVE records, epochs, lr and s
 (A) plain "CWE-79: <name>"; (B) template-grounded reasoning in the shipped format, verified;
 (C) reasoning written by the base LM from the same facts, kept only where verified (dropped when
 under ``c_min_keep`` of traces pass). No-training baselines: the base model zero- and 3-shot, and
-MiniLM nearest CWE definition. Headline: OOD any-gold accuracy B / A (per-CVE correctness
-averaged over seeds; ratio of sums + 0.5 each), with a 95% CI over seeds, then CVEs.
+MiniLM nearest CWE definition. Headline (issue 38, ``--opt headline=rank``, the default): OOD
+top-1 accuracy of the rank mode -- the log-prob ranking of the candidate labels
+``CWE-<id>: <name>`` as the assistant's reply, independent of the answer format -- B / A
+(per-CVE correctness averaged over seeds; ratio of sums + 0.5 each), with a 95% CI over seeds,
+then CVEs; ``headline=gen`` uses the generated answer's any-gold accuracy instead. ``small``:
+Qwen2.5-Coder-0.5B-Instruct + LoRA, 5 seeds, the token-matched A arm, rank mode on every seed
+and arm, generation rows on the first seed (``gen_seeds``).
 
-Options (``--opt key=value``): ``model`` (HF folder / .gguf; default packaged SmolLM2, tiny:
-a from-scratch tiny_llama), ``dtype`` (weights; default fp32 for training, with bf16 autocast where
+Options (``--opt key=value``): ``model`` (zoo name, HF folder or .gguf; default
+Qwen2.5-Coder-0.5B-Instruct, tiny: a from-scratch tiny_llama), ``lora``, ``headline``,
+``gen_seeds``, ``dtype`` (weights; default fp32 for training, with bf16 autocast where
 bf16 is native, and the dtype policy for evaluation), ``seeds`` (e.g. ``0,1``), ``n_cwes``, ``epochs``, ``lr``, ``train_cap``,
 ``n_rank``, ``n_mcq``, ``gen_bs``. ``units=A/0,base/0shot`` computes only those memo units (a
 worker: several processes with the same options and their own ``--out`` can split the arms);
@@ -18,8 +24,8 @@ run's memo first, so a run without ``units`` only scores what the workers comput
 Power checks (issue 31): floor = always answering the most frequent answer of the training
 records (a constant label); control = MiniLM nearest definition against that constant label;
 degeneracy = OOD predictions that differ between A and B. The headline CI resamples seeds, then
-CVEs (:func:`icml26.core.stats.clustered_bootstrap`). ``token_matched`` (default 1 at tiny, 0 at
-small: CPU time) adds arm A trained for as many epochs as match B's assistant tokens.
+CVEs (:func:`icml26.core.stats.clustered_bootstrap`). ``token_matched`` (default 1 at tiny and
+small, 0 at full) adds arm A trained for as many epochs as match B's assistant tokens.
 
 Near-zero rule: when both A and B are "at the floor" on OOD (fewer than ``floor_correct`` CVEs
 right, default 5, or accuracy under ``floor_chance`` x uniform chance over the labels, default 2),
@@ -37,6 +43,7 @@ import torch
 
 from icml26.core.checkpoint import Memo
 from icml26.core.claims import Result, RunContext
+from icml26.core.errors import UserError
 from icml26.core.torchutil import check_device
 from icml26.cyberpal import enrich
 from icml26.cyberpal.catalog import cve_cwe_pairs, load_attack, load_cwe
@@ -47,26 +54,40 @@ from icml26.cyberpal.splits import SplitConfig, make_splits
 from icml26.cyberpal.train import SFTConfig, sft
 
 TARGET = 1.0
+#: the base of ``small`` and ``full`` (issue 38: SmolLM2-135M scored at or below the constant
+#: label on OOD; ``--opt model=smollm2`` keeps it as a second row)
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
 
 def _sizes(ctx: RunContext) -> dict:
     o = ctx.options
     base = ctx.pick(
         tiny=dict(n_cwes=10, n_id_test=12, n_ood=16, train_cap=20, epochs=2, batch=1, lr=3e-3,
-                  seeds="0", max_new=(16, 48), n_rank=4, n_mcq=8, n_lm=2, gen_bs=64),
-        small=dict(n_cwes=50, n_id_test=150, train_cap=100_000, epochs=1, batch=4, lr=1e-4,
-                   seeds="0,1", max_new=(32, 84), n_rank=40, n_mcq=48, n_lm=8, gen_bs=48),
+                  seeds="0", max_new=(16, 48), n_rank=4, n_mcq=8, n_lm=2, gen_bs=64, lora=0,
+                  gen_seeds=1_000),
+        # issue 38: Qwen2.5-Coder-0.5B + LoRA, 5 seeds, rank-mode headline on every seed; the
+        # generation rows on the first seed only and 100 training CVEs keep it near 2-3 CPU-h
+        small=dict(n_cwes=50, n_id_test=150, train_cap=100, epochs=1, batch=4, lr=1e-3,
+                   seeds="0,1,2,3,4", max_new=(32, 84), n_rank=40, n_mcq=48, n_lm=8, gen_bs=48,
+                   lora=1, gen_seeds=1),
         full=dict(n_cwes=50, n_id_test=150, train_cap=100_000, epochs=2, batch=8, lr=2e-5,
                   seeds="0,1,2", max_new=(48, 160), n_rank=150, n_mcq=400, n_lm=100_000,
-                  gen_bs=32),
+                  gen_bs=32, lora=0, gen_seeds=1_000),
     )
     for k in ("n_cwes", "n_id_test", "n_ood", "train_cap", "epochs", "batch", "n_mcq", "n_lm",
-              "n_rank", "gen_bs"):
+              "n_rank", "gen_bs", "lora", "gen_seeds"):
         if k in o:
             base[k] = int(o[k])
     if "lr" in o:
         base["lr"] = float(o["lr"])
+    base["headline"] = str(o.get("headline", "rank"))
+    if base["headline"] not in ("rank", "gen"):
+        raise UserError(f"--opt headline must be rank or gen; got {base['headline']!r}")
     base["seeds"] = [int(s) for s in str(o.get("seeds", base["seeds"])).split(",")]
+    base["gen_seeds"] = min(base["gen_seeds"], len(base["seeds"]))
+    if base["headline"] == "gen" and base["gen_seeds"] < len(base["seeds"]):
+        raise UserError(f"--opt headline=gen needs the generation evaluation on every seed: "
+                        f"gen_seeds={base['gen_seeds']} < {len(base['seeds'])} seeds")
     return base
 
 
@@ -78,8 +99,8 @@ def _load_base(ctx: RunContext, device: str):
             "tiny_llama (random init, byte vocab)"
     from icml26.core.lm import load_lm
 
-    name = ctx.options.get("model")
-    return load_lm(name, dtype=torch.float32, device=device), name or "SmolLM2-135M-Instruct"
+    name = ctx.options.get("model") or DEFAULT_MODEL
+    return load_lm(name, dtype=torch.float32, device=device), name
 
 
 def _eval_dtype(ctx):
@@ -173,7 +194,7 @@ def run(ctx: RunContext) -> Result:
     # for as many epochs as it takes to see B's assistant tokens (on at tiny; at small an option)
     epochs = {arm: S["epochs"] for arm in systems}
     tok_ratio = trained_tokens(tok, b_recs) / max(1, trained_tokens(tok, a_recs))
-    if ctx.options.get("token_matched", "1" if ctx.scale == "tiny" else "0") == "1":
+    if str(ctx.options.get("token_matched", "0" if ctx.scale == "full" else "1")) == "1":
         systems["Atok"] = systems["A"]
         epochs["Atok"] = max(1, round(S["epochs"] * tok_ratio))
 
@@ -181,18 +202,21 @@ def run(ctx: RunContext) -> Result:
         recs, system, max_new = systems[arm]
         m = copy.deepcopy(model)
         cfg = SFTConfig(epochs=epochs[arm], lr=S["lr"], batch_size=S["batch"], seed=seed,
-                        max_len=1024)
+                        max_len=1024, lora=bool(S["lora"]))
         t = time.perf_counter()
         m, st = sft(m, tok, recs, cfg, device=device, progress=ctx.progress)
         train_s = time.perf_counter() - t
         t = time.perf_counter()
-        texts = evaluate(m, system, max_new)
+        # generation on the first gen_seeds seeds; the rank mode (the headline) on every seed
+        texts = evaluate(m, system, max_new) if S["seeds"].index(seed) < S["gen_seeds"] else None
         res = {"texts": texts, "train_s": train_s, "eval_s": time.perf_counter() - t,
                "tokens_trained": st.tokens_trained, "tokens_seen": st.tokens_seen,
                "tok_per_s": st.tokens_per_s, "loss_first": st.losses[0], "loss_last": st.losses[-1]}
-        if seed == S["seeds"][0] and arm != "Atok":  # rank / MCQ: the compared arms only
-            em = copy.deepcopy(m).to(eval_dtype)
-            res["rank"] = _rank(em, tok, system, prompts["ood"][: S["n_rank"]], splits.labels, cwe)
+        em = copy.deepcopy(m).to(eval_dtype)
+        t = time.perf_counter()
+        res["rank"] = _rank(em, tok, system, prompts["ood"][: S["n_rank"]], splits.labels, cwe)
+        res["rank_s"] = time.perf_counter() - t
+        if seed == S["seeds"][0] and arm != "Atok":  # MCQ: the compared arms, first seed
             res["mcq"] = _mcq(em, tok, cwe, attack, S["n_mcq"])
         return res
 

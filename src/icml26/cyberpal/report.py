@@ -91,49 +91,75 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
         row.update(extra)
         rows.append(row)
 
+    rank_gold = golds["ood"][: S["n_rank"]]
+    per_rank = {}  # system -> (seeds, n_rank) top-1 correctness of the rank mode
+
+    def rank_correct(preds):
+        return np.array([p in g for p, g in zip(preds, rank_gold, strict=False)], dtype=float)
+
     def rank_acc(r):
         preds = r.get("rank", {}).get("pred", [])
-        return float(np.mean([p in g for p, g in zip(preds, golds["ood"], strict=False)])) \
-            if preds else float("nan")
+        return float(rank_correct(preds).mean()) if preds else float("nan")
 
     mcq0 = base0.get("mcq", {})
-    add_row(f"base {label}, zero-shot", [base0], False,
+    base_name = f"base {label}, zero-shot"
+    add_row(base_name, [base0], False,
             {"rank OOD": _fmt([rank_acc(base0)]), "MCQ hard": _fmt([mcq0.get("hard", np.nan)]),
              "MCQ easy": _fmt([mcq0.get("easy", np.nan)]), "tokens trained": 0})
+    if base0.get("rank", {}).get("pred"):
+        per_rank[base_name] = rank_correct(base0["rank"]["pred"])[None]
     add_row(f"base {label}, 3-shot", [base3], False, {"tokens trained": 0})
     nn_runs = {"texts": {k: [f"CWE-{v[0]}" for v in nn[k]] for k in nn}}
-    add_row(NN, [nn_runs], False, {"tokens trained": 0})
+    # MiniLM's nearest definition is itself a ranking of the labels: its top-1 is its rank mode
+    per_rank[NN] = rank_correct([v[0] for v in nn["ood"][: S["n_rank"]]])[None]
+    add_row(NN, [nn_runs], False, {"rank OOD": _fmt([float(per_rank[NN].mean())]),
+                                   "tokens trained": 0})
     const, const_name, hind, hind_name = constant_labels(train_answers, golds["ood"])
     for lab, name in ((const, const_name), (hind, hind_name)):
         if lab is not None:
             texts = {k: [f"CWE-{lab}: {cwe[lab].name}"] * len(golds[k]) for k in ("id", "ood")}
-            add_row(name, [{"texts": texts}], False, {"tokens trained": 0})
+            per_rank[name] = rank_correct([lab] * len(rank_gold))[None]
+            add_row(name, [{"texts": texts}], False, {
+                "rank OOD": _fmt([float(per_rank[name].mean())]), "tokens trained": 0})
     for arm in arms:
         runs = [results[(arm, s)] for s in seeds]
         first = runs[0]
-        add_row(ARM_NAMES[arm], runs, arm not in ("A", "Atok"), {
-            "rank OOD": _fmt([rank_acc(first)]),
+        per_rank[ARM_NAMES[arm]] = np.stack([rank_correct(r["rank"]["pred"]) for r in runs])
+        gen_runs = [r for r in runs if r.get("texts") is not None]  # >= 1: gen_seeds >= 1
+        add_row(ARM_NAMES[arm], gen_runs, arm not in ("A", "Atok"), {
+            "rank OOD": _fmt([rank_acc(r) for r in runs]),
             "MCQ hard": _fmt([first.get("mcq", {}).get("hard", np.nan)]),
             "MCQ easy": _fmt([first.get("mcq", {}).get("easy", np.nan)]),
             "tokens trained": int(np.mean([r["tokens_trained"] for r in runs])),
             "train s / seed": round(float(np.mean([r["train_s"] for r in runs])), 1),
             "SFT tokens/s": round(float(np.mean([r["tok_per_s"] for r in runs])), 1)})
 
-    a_ood = per_cve[ARM_NAMES["A"]]["ood"].mean(0)
-    b_ood = per_cve[ARM_NAMES["B"]]["ood"].mean(0)
+    rank_head = S.get("headline", "gen") == "rank"
+    # the headline's per-(seed, CVE) correctness: rank mode on every seed, or the generated answer
+    head = {n: per_rank[n] for n in per_rank} if rank_head else {
+        n: v["ood"] for n, v in per_cve.items()}
+    a_ood = head[ARM_NAMES["A"]].mean(0)
+    b_ood = head[ARM_NAMES["B"]].mean(0)
     value = _ratio(b_ood, a_ood)
     cve_only = bootstrap_ci(_ratio, b_ood, a_ood, seed=ctx.seed)
-    ci = seed_cve_ci(per_cve[ARM_NAMES["B"]]["ood"], per_cve[ARM_NAMES["A"]]["ood"], ctx.seed)
+    ci = seed_cve_ci(head[ARM_NAMES["B"]], head[ARM_NAMES["A"]], ctx.seed)
     spread = ci.spread
-    checks = power_checks(per_cve, results, arms, seeds, const_name, ctx.seed)
+    metric = "OOD rank-mode top-1 accuracy" if rank_head else "OOD any-gold accuracy"
+    checks = power_checks(head, results, arms, seeds, const_name, ctx.seed, metric=metric,
+                          mode="rank" if rank_head else "gen")
     tokens = {ARM_NAMES[a]: float(np.mean([results[(a, s)]["tokens_trained"] for s in seeds]))
               for a in arms}
     budget = budgets(tokens, unit="assistant tokens trained (mean over seeds)")
     b_id = per_cve[ARM_NAMES["B"]]["id"].mean(0)
     a_id = per_cve[ARM_NAMES["A"]]["id"].mean(0)
 
-    figs = [_fig_acc(ctx, per_cve), _fig_confusion(ctx, results[("B", seeds[0])], golds, cwe),
-            _fig_rejections(ctx, b_report, c_report)]
+    b_first = results[("B", seeds[0])]
+    figs = [_fig_acc(ctx, per_cve)]
+    if b_first.get("texts") is not None:
+        figs.append(_fig_confusion(ctx, b_first, golds, cwe))
+    figs.append(_fig_rejections(ctx, b_report, c_report))
+    if rank_head:
+        figs.append(_fig_rank(ctx, per_rank, [ARM_NAMES[a] for a in arms]))
     bd, cd = b_report.to_dict(), c_report.to_dict()
     notes = [
         f"Data: CWE {cwe.version} observed examples (cwe2 3.0.0); {S['n_cwes']} most frequent "
@@ -141,11 +167,16 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
         f"{S['train_cap']}, verification, dedup and decontamination {decon}), ID test "
         f"{len(splits.id_test)} CVEs, OOD test {len(splits.ood_test)} CVEs (years >= 2017).",
         "CWE ids in descriptions are masked ('[CWE]'); splits are by CVE id, a CVE never in two.",
-        f"Headline: OOD any-gold accuracy B / A, per-CVE correctness averaged over seeds "
-        f"{seeds}, (sum_B + 0.5) / (sum_A + 0.5); 95% CI resampling seeds, then CVEs within "
-        f"them (clustered bootstrap, {ci.n_clusters} seed(s)); the CVE-only bootstrap of the "
-        f"seed means, as before, gives [{cve_only[0]:.3f}, {cve_only[1]:.3f}]. ID ratio: "
-        f"{_ratio(b_id, a_id):.3f}.",
+        f"Headline: {metric} B / A"
+        + (f" (log-prob ranking of the {S['n_cwes']} candidate labels 'CWE-<id>: <name>' after "
+           f"each arm's own system prompt, top-1 in the CVE's gold set, first {len(rank_gold)} OOD "
+           "CVEs; independent of the answer format)" if rank_head else "")
+        + f", per-CVE correctness averaged over seeds {seeds}, (sum_B + 0.5) / (sum_A + 0.5); "
+        f"95% CI resampling seeds, then CVEs within them (clustered bootstrap, {ci.n_clusters} "
+        f"seed(s)); the CVE-only bootstrap of the seed means gives [{cve_only[0]:.3f}, "
+        f"{cve_only[1]:.3f}]. Generated-answer ratios (seeds with generations): OOD any-gold "
+        f"{_ratio(per_cve[ARM_NAMES['B']]['ood'].mean(0), per_cve[ARM_NAMES['A']]['ood'].mean(0)):.3f}, "
+        f"ID {_ratio(b_id, a_id):.3f}.",
         f"Power checks: floor = {const_name} (the most frequent answer of the training "
         f"records); control = MiniLM nearest definition against it; degeneracy = OOD predictions "
         f"that differ between A and B. Best single label on the OOD test in hindsight: "
@@ -157,7 +188,8 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
            f"(B / A tokens per epoch {tok_ratio:.2f})." if "Atok" in arms else
            "No token-matched plain arm in this run (--opt token_matched=1 adds it: A's records "
            f"for round({S['epochs']} x {tok_ratio or 0:.2f}) epochs)."),
-        "Cells 'm [lo, hi]' are means with min/max over seeds; rank and MCQ use the first seed.",
+        f"Cells 'm [lo, hi]' are means with min/max over seeds; rank mode on every seed, "
+        f"generation rows on the first {S.get('gen_seeds', len(seeds))} seed(s), MCQ on the first.",
         f"Strict = accuracy on CVEs with exactly one CWE; hierarchy gives 0.5 for a view-1000 "
         f"parent/child. Rank OOD: log-prob ranking of the {S['n_cwes']} labels on the first "
         f"{S['n_rank']} OOD CVEs. MCQ: {S['n_mcq']} catalogue items per difficulty (half CWE, "
@@ -167,7 +199,7 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
         f"C: the base model wrote {cd['kept'] + cd['dropped']} traces from the same facts; "
         f"{c_share:.0%} passed the verifier ({'trained' if arm_c else 'arm dropped: under 30%'}); "
         f"failures by check: { {k: v for k, v in cd['by_check'].items() if v} }.",
-        f"SFT: full fine-tune, fp32 weights (bf16 autocast only where the CPU has native bf16), AdamW lr {S['lr']}, "
+        f"SFT: {'LoRA (r 16, alpha 32, merged)' if S.get('lora') else 'full fine-tune'}, fp32 weights (bf16 autocast only where the CPU has native bf16), AdamW lr {S['lr']}, "
         f"{S['epochs']} epoch(s), batch {S['batch']}; loss on assistant tokens only.",
         f"Times: data {data_s:.0f} s, LM writer {lm_s:.0f} s, total {total_s:.0f} s.",
         f"The paper trains 4B-20B models on ~400k examples and reports no numbers; this run "
@@ -189,8 +221,9 @@ def build_result(ctx, *, S, label, cwe, fmt, splits, golds, results, base0, base
         chance_mult=float(ctx.options.get("floor_chance", FLOOR_CHANCE_MULT)))
     if uninformative:
         notes.insert(0, "UNINFORMATIVE: " + uninformative)
-    return Result(rows=rows, headline=Measure("OOD CVE->CWE any-gold accuracy, B / A", value,
-                                              "x", spread, higher_is_better=True),
+    name = ("OOD CVE->CWE rank-mode top-1 accuracy, B / A" if rank_head
+            else "OOD CVE->CWE any-gold accuracy, B / A")
+    return Result(rows=rows, headline=Measure(name, value, "x", spread, higher_is_better=True),
                   target=target, notes=notes, figures=figs, uninformative=uninformative,
                   power=checks, budgets=budget)
 
@@ -218,42 +251,65 @@ def seed_cve_ci(b, a, seed: int):
     return clustered_bootstrap(list(b + eps), list(a + eps), statistic="ratio", seed=seed)
 
 
-def power_checks(per_cve, results, arms, seeds, const_name, seed) -> list:
-    """Floor, control and degeneracy on OOD any-gold accuracy (see the claims index)."""
+def power_checks(correct, results, arms, seeds, const_name, seed, *,
+                 metric: str = "OOD any-gold accuracy", mode: str = "gen") -> list:
+    """Floor, control and degeneracy on the headline's metric (see the claims index).
+    ``correct``: system -> (seeds, CVEs) correctness of that metric; ``mode`` ``rank`` compares
+    the rank mode's top-1 labels for degeneracy, ``gen`` the CWEs parsed from the answers."""
     def acc(name):
-        v = per_cve[name]["ood"]
+        v = np.asarray(correct[name], dtype=float)
         return float(v.mean()), item_bootstrap(v.mean(0), statistic="mean", seed=seed).spread
 
     if const_name is None:
         return [power.not_measured("floor", "no training answers"),
                 power.not_measured("control", "no training answers"),
-                _degeneracy(results, seeds)]
+                _degeneracy(results, seeds, mode)]
     c_val, c_ci = acc(const_name)
     trained = {ARM_NAMES[a]: acc(ARM_NAMES[a]) for a in arms}
     nn_val, nn_ci = acc(NN)
+    ranges = {n: np.asarray(correct[n], dtype=float).mean(1).tolist() for n in trained}
     return [
         power.floor({k: v[0] for k, v in trained.items()}, const_name, c_val,
-                    spreads={k: (min(r), max(r)) for k, r in _seed_ranges(per_cve, trained).items()},
-                    floor_spread=c_ci, metric="OOD any-gold accuracy"),
+                    spreads={k: (min(r), max(r)) for k, r in ranges.items()},
+                    floor_spread=c_ci, metric=metric),
         power.control(NN, nn_val, const_name, c_val, spread=nn_ci, null_spread=c_ci,
-                      metric="OOD any-gold accuracy"),
-        _degeneracy(results, seeds),
+                      metric=metric),
+        _degeneracy(results, seeds, mode),
     ]
 
 
-def _seed_ranges(per_cve, names):
-    return {n: per_cve[n]["ood"].mean(1).tolist() for n in names}
-
-
-def _degeneracy(results, seeds):
+def _degeneracy(results, seeds, mode: str = "gen"):
     differ = total = 0
     for s in seeds:
-        pa = [parse_cwe(t) for t in results[("A", s)]["texts"]["ood"]]
-        pb = [parse_cwe(t) for t in results[("B", s)]["texts"]["ood"]]
+        if mode == "rank":
+            pa, pb = results[("A", s)]["rank"]["pred"], results[("B", s)]["rank"]["pred"]
+        else:
+            pa = [parse_cwe(t) for t in results[("A", s)]["texts"]["ood"]]
+            pb = [parse_cwe(t) for t in results[("B", s)]["texts"]["ood"]]
         differ += sum(x != y for x, y in zip(pa, pb, strict=True))
         total += len(pa)
+    what = ("OOD rank-mode top-1 labels" if mode == "rank"
+            else "OOD predictions (CWE parsed from the answer")
     return power.degeneracy((ARM_NAMES["A"], ARM_NAMES["B"]), differ, total,
-                            what=f"OOD predictions (CWE parsed from the answer, {len(seeds)} seed(s))")
+                            what=f"{what}, {len(seeds)} seed(s)" + ("" if mode == "rank" else ")"))
+
+
+def _fig_rank(ctx, per_rank, arms):
+    """Rank-mode OOD top-1 accuracy per system; trained arms show every seed as a dot."""
+    plt = pyplot()
+    names = list(per_rank)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    x = np.arange(len(names))
+    means = [float(np.asarray(per_rank[n]).mean()) for n in names]
+    ax.bar(x, means, 0.6, color=["C1" if n in arms else "C0" for n in names])
+    for i, n in enumerate(names):
+        per_seed = np.asarray(per_rank[n]).mean(1)
+        if len(per_seed) > 1:
+            ax.plot([i] * len(per_seed), per_seed, "k.", ms=4)
+    ax.set_xticks(x, [n.replace(", ", "\n", 1)[:40] for n in names], fontsize=7, rotation=15)
+    ax.set_ylabel("rank-mode top-1 accuracy (OOD)")
+    ax.set_title("CVE -> CWE rank mode per system (dots: seeds)")
+    return save_figure(fig, ctx.out_dir / "rank.png")
 
 
 def _fig_acc(ctx, per_cve):
