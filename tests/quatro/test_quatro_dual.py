@@ -83,3 +83,37 @@ def test_group_advantages():
     assert torch.allclose(a, torch.tensor([2 / 3, -1 / 3, -1 / 3, -2 / 3, 1 / 3, 1 / 3]))
     s = group_advantages(r, 3, scale=True, eps=0.0)
     assert torch.allclose(s.view(2, 3).std(1), torch.ones(2))
+
+
+def _bisect_reference(adv, delta, steps=200):
+    """log-lambda bisection on tilt_kl, float64, per query (KL decreases in lambda)."""
+    lo = torch.full((adv.shape[0],), -30.0, dtype=torch.float64)
+    hi = torch.full((adv.shape[0],), 30.0, dtype=torch.float64)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        up = tilt_kl(adv, mid.exp()) > delta
+        lo, hi = torch.where(up, mid, lo), torch.where(up, hi, mid)
+    return (0.5 * (lo + hi)).exp()
+
+
+@pytest.mark.parametrize("delta", [0.01, 0.05, 0.2, 1.0])
+def test_default_newton_steps_from_the_moment_start_reach_the_root(delta):
+    """Issue 36: no bisection phase; the moment start, the Hoeffding bracket and damped Newton
+    on log KL converge in the default 8 steps on Gaussian, binary, one-outlier and heavy-tailed groups,
+    including delta near KL(lambda -> 0) where lambda is small; more steps do not move it."""
+    g = torch.Generator().manual_seed(0)
+    binary = torch.randint(0, 2, (256, 8), generator=g).double()
+    outlier = torch.zeros(64, 16, dtype=torch.float64)
+    outlier[:, 0] = 1.0
+    heavy = torch.distributions.StudentT(1.5).sample((256, 8)).double()
+    for adv in (torch.randn(256, 8, generator=g, dtype=torch.float64),
+                binary - binary.mean(1, keepdim=True), outlier - outlier.mean(1, keepdim=True),
+                heavy):
+        lam = solve_dual(adv, delta)
+        bind = lam > 0
+        ref = _bisect_reference(adv[bind], delta)
+        assert torch.allclose(lam[bind], ref, rtol=1e-9, atol=0)
+        assert torch.equal(bind, solve_dual(adv, delta, bisect=30) > 0)
+        assert torch.allclose(solve_dual(adv, delta, iters=40), lam, rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="damp"):
+        solve_dual(adv, delta, damp=0.0)

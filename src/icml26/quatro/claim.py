@@ -374,7 +374,7 @@ def combine(ctx: RunContext, results: list[Result]) -> Result:
     notes = [
         "RECONSTRUCTION: the paper's method section could not be read (only abstract and summaries); "
         "the loss is our tr_dual reconstruction (per-query KL(pi||pi_old) <= delta, dual by "
-        "bisection on the exponential-tilting dual, k3 stabilizer), not verified as QUATRO.",
+        "damped Newton on the exponential-tilting dual, k3 stabilizer), not verified as QUATRO.",
         f"Policy: byte tiny_llama d={hidden}, {layers} layers (the issue asked d=128, 4 layers for "
         "small; too slow on 2 shared cores), SFT-warmed to "
         f"{sft_acc:.0%} sampled exact match on generated add2/chain3 (not reasoning-gym).",

@@ -43,8 +43,8 @@ class LossConfig:
     (length-normalised, GSPO's), ``token`` (per-token rho). aggregation: ``seq_mean`` (mean over
     each sequence's tokens, then over sequences: TRL ``grpo``) or ``token_mean`` (mean over all
     tokens of the batch: TRL ``dapo``). scale_adv: divide centred rewards by the group std.
-    kl_form: tr_dual's penalty, ``rho_log_rho`` or ``k3``. dual_iters: Newton steps after
-    30 bisection steps of :func:`solve_dual`.
+    kl_form: tr_dual's penalty, ``rho_log_rho`` or ``k3``. dual_iters: the damped Newton
+    steps of :func:`solve_dual` (from its moment start; no bisection phase since issue 36).
     """
 
     method: str = "tr_dual"

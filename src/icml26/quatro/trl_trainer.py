@@ -69,7 +69,7 @@ class TrDualGRPOConfig(GRPOConfig):
 
     tr_delta: per-query KL radius in nats. tr_kl_form: ``"k3"`` (rho log rho - rho + 1) or
     ``"rho_log_rho"``. tr_ratio_level: ``"sequence"`` | ``"seq_mean"`` | ``"token"``.
-    tr_dual_iters: Newton steps after the bisection in ``solve_dual``.
+    tr_dual_iters: the damped Newton steps of ``solve_dual`` (from its moment start).
     """
 
     tr_delta: float = field(default=0.05, metadata={"help": "per-query KL radius delta (nats)"})
