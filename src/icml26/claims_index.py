@@ -230,8 +230,9 @@ CLAIMS: list[Claim] = [
             "tiny": 0.9,  # docs/sso.md: tiny 52 s CPU
             # docs/sso.md: ~101 CPU-min for the 150-step, 3-point-grid small of 2026-12-02; the
             # issue-36 defaults (300 steps, 5-point grids, MuonSphere tuned) scale that by ~2 x
-            # ~1.4 x ~1.15: an estimate
-            "small": 330,
+            # ~1.4 x ~1.15, and the muon_si arm (tuned at the top width, every seed) ~1.15 more:
+            # an estimate
+            "small": 380,
         },
     ),
     Claim(

@@ -92,6 +92,7 @@ def test_tiny_claim_runs(tmp_path):
     assert sorted(tuning) == sorted(
         [f"{k}@width{w}" for k in ("adamw", "muon", "sso") for w in (32, 64)]
         + ["muonsphere@width64"]  # the λ = 0 ablation: tuned at the top width only
+        + ["muon_si@width64"]  # Muon from SSO's spectral init (issue 36): top width only
     )
     for key, t in tuning.items():
         assert 3 <= len(t["grid"]) <= 4 and t["best"] in t["grid"]
@@ -100,18 +101,20 @@ def test_tiny_claim_runs(tmp_path):
             k, w = key.split("@width")
             assert any(n.startswith(f"{k} at width {w}: best lr") for n in rec["notes"])
     summary = [r for r in rec["rows"] if r["table"].startswith("summary")]
-    assert [r["optimizer"] for r in summary] == ["adamw", "muon", "sso", "muonsphere"]
+    assert [r["optimizer"] for r in summary] == ["adamw", "muon", "sso", "muonsphere", "muon_si"]
     sso = summary[2]
     assert float(sso["max abs(Theta.Phi)"]) <= 2e-4 * (1 + 1e-6)
     assert sso["lr"] == tuning["sso@width64"]["best"]
     assert summary[3]["lr"] == tuning["muonsphere@width64"]["best"]
     assert summary[3]["seeds"] == 2  # rerun on the other seed like every arm
+    assert summary[4]["lr"] == tuning["muon_si@width64"]["best"] and summary[4]["seeds"] == 2
     lo, hi = rec["headline"]["spread"]
     assert lo <= rec["headline"]["value"] <= hi
     # two headline rows (SSO vs AdamW, vs Muon); the headline is the one against the baseline
     # with the lower mean final loss at the top width
     heads = {r["system"]: r for r in rec["rows"] if r["table"].startswith("headline rows")}
-    assert sorted(heads) == ["SSO vs adamw", "SSO vs muon"]
+    assert sorted(heads) == ["SSO vs adamw", "SSO vs muon", "SSO vs muon + spectral init (row)"]
+    assert not heads["SSO vs muon + spectral init (row)"]["headline"]  # a row, never the headline
     finals = {b: heads[f"SSO vs {b}"][f"{b} final val loss (mean)"] for b in ("adamw", "muon")}
     better = min(finals, key=finals.get)
     assert [r["headline"] for r in heads.values()].count(True) == 1
@@ -123,4 +126,32 @@ def test_tiny_claim_runs(tmp_path):
         assert (tmp_path / fig).stat().st_size > 1000
     hist = json.loads((tmp_path / "sso" / "tiny" / "histories.json").read_text())
     n_grid = sum(len(t["grid"]) for t in tuning.values())
-    assert len(hist) == n_grid + 4 + 1  # grids + the extra seed per arm (4 arms) + worst AdamW
+    assert len(hist) == n_grid + 5 + 1  # grids + the extra seed per arm (5 arms) + worst AdamW
+
+
+def test_muon_si_starts_from_the_spectral_init_then_steps_like_muon():
+    """The muon_si arm: every hidden atom (q/k/v per head) on its sphere at step 0, the same
+    torch Muon + AdamW pair as the muon arm; the muon arm keeps the default init."""
+    import torch
+
+    from icml26.sso.groups import sso_param_groups
+    from icml26.sso.optim import atom_view, radius
+    from icml26.sso.train import ArmSpec, TrainConfig, build_model, build_optimizer
+
+    cfg = TrainConfig(width=32, layers=1, head_dim=16, seq_len=32, batch_size=2, steps=2,
+                      eval_every=1, seed=0)
+    ratios = {}
+    for kind in ("muon", "muon_si"):
+        model, _ = build_model(cfg)
+        opt, mat = build_optimizer(model, ArmSpec(kind, 1e-3))
+        assert isinstance(mat, torch.optim.Muon)
+        groups, _ = sso_param_groups(model, split_qkv_heads=True)
+        r = []
+        for g in groups:
+            for p in g["params"]:
+                nb, m, n = atom_view(p.shape, g.get("split"))
+                s = torch.linalg.matrix_norm(p.detach().reshape(nb, m, n).double(), ord=2)
+                r.append(s / radius(m, n, 1.0))
+        ratios[kind] = torch.cat(r)
+    assert torch.allclose(ratios["muon_si"], torch.ones_like(ratios["muon_si"]), atol=1e-5)
+    assert (ratios["muon"] - 1).abs().max() > 0.05  # the default init is not on the sphere

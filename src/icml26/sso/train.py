@@ -24,7 +24,7 @@ from icml26.sso.spectral import power_iteration
 
 __all__ = ["TrainConfig", "ArmSpec", "ARMS", "build_optimizer", "build_model", "train"]
 
-ARMS = ("adamw", "muon", "sso", "muonsphere")
+ARMS = ("adamw", "muon", "sso", "muonsphere", "muon_si")
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,9 @@ class ArmSpec:
 
     ``kind``: "adamw" (everything), "muon" (``torch.optim.Muon`` on hidden matrices with
     ``adjust_lr_fn="match_rms_adamw"``, momentum 0.95, Nesterov, weight decay 0.1), "sso" or
-    "muonsphere" (hidden matrices, per-head q/k/v, spectral init). ``lr`` is the arm's tuned LR;
+    "muonsphere" (hidden matrices, per-head q/k/v, spectral init); "muon_si": "muon" from SSO's
+    spectral init (every hidden matrix, per-head q/k/v, scaled to its sphere before step 0: the
+    init as an arm of its own, issue 36). ``lr`` is the arm's tuned LR;
     ``aux_lr`` the AdamW LR of embeddings, head and 1-D parameters in the matrix arms.
     """
 
@@ -113,7 +115,9 @@ def build_optimizer(model, arm: ArmSpec):
         g["initial_lr"] = arm.lr
     for g in aux:
         g["initial_lr"] = arm.aux_lr
-    if arm.kind == "muon":  # torch's Muon for the matrices, torch's AdamW for the rest
+    if arm.kind == "muon_si":  # the same init SSO starts from, then plain Muon
+        spectral_init_(model, radius_scaler=arm.radius_scaler, split_qkv_heads=True)
+    if arm.kind in ("muon", "muon_si"):  # torch's Muon for the matrices, torch's AdamW for the rest
         mat = torch.optim.Muon([p for g in matrix for p in g["params"]], lr=arm.lr,
                                weight_decay=arm.weight_decay, momentum=0.95, nesterov=True,
                                adjust_lr_fn="match_rms_adamw")
