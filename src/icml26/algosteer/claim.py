@@ -482,7 +482,7 @@ def run(ctx: RunContext) -> Result:
         f"Semantic cues: {', '.join(summary['semantic_cues'])}; control: the no-cue prompt "
         "resampled with other seeds (its TVD to the no-cue cell is the sampling-noise floor).",
         "Cue texts, tasks' tests and family rules are ours (the paper publishes no code); the "
-        "paper's 46,535 runs over 15 models are replaced by one 135M model.",
+        f"paper's 46,535 runs over 15 models are replaced by one model ({model_name}).",
         "Large-input outcomes (timeouts of naive recursion, RecursionError of recursive "
         "traversal on a 100k-deep tree) are recorded per row but never gate.",
         "Spread: 95% percentile bootstrap, each cell resampled independently.",
