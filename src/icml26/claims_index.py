@@ -107,8 +107,8 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # docs/binarypc.md: tiny 28 s (at most 2 threads: <= 0.95)
-            "small": 75,  # docs/binarypc.md: 65-75 min on 1 thread, bf16, the 12-context defaults
-                          # (documented estimate; 58 CPU-min measured at 6 contexts, 2026-12-02)
+            "small": 87,  # docs/binarypc.md: measured 2026-12-07, the 12-context issue-35
+                          # defaults, fp32, 1 thread: 87 CPU-min (6,076 s wall beside another run)
         },
     ),
     Claim(
