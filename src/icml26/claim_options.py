@@ -262,7 +262,23 @@ ALGOSTEER = (
 
 DEEPCOMMIT = (
     _count("n_commits", "commits per generated repository (12/60/60)"),
-    _count("n_dags", "generated DAGs of the scripted-agent harness check (1/5/10)"),
+    _count("n_dags", "generated DAGs of the agent trials and the scripted-agent check (1/5/10)"),
+    Opt("agent", "choice", "llm: an LLM command agent is the headline (continuous / isolated); "
+        "none: milestone recovery is the headline (llm)", choices=("llm", "none")),
+    Opt("agent_model", "str", "the agent's LM: a zoo name, an HF folder, a .gguf or an "
+        "OpenAI-compatible http://HOST/v1#MODEL (tiny: the packaged SmolLM2-135M-Instruct; "
+        "small/full: qwen2.5-coder-0.5b-instruct)"),
+    Opt("agent_seeds", "list", "agent sampling seeds (tiny 0; small 0,1; full 0,1,2)",
+        item="int", min=0),
+    Opt("agent_temperature", "float", "agent sampling temperature (0.2)", min=0),
+    _count("agent_tokens", "new tokens per milestone reply (32/320/512)"),
+    _count("agent_rounds", "rounds without a new submission before a trial ends (the harness's "
+           "max_idle_rounds; a retry draws anew) (1/2/3)"),
+    Opt("agent_budget_min", "float", "agent trials still running after this many minutes are "
+        "dropped (started again on the next run; finished ones are kept) (default none)", min=0),
+    _count("agent_parallel", "agent trials run at once, their calls batched on one model "
+           "(default all)"),
+    _dtype("auto"),
 )
 
 CORRSTEER = (

@@ -107,3 +107,58 @@ def test_local_chat_is_greedy_decoding():
     a = chat.chat(MSGS, max_new_tokens=8, temperature=1.0, seed=5)
     b = chat.chat(MSGS, max_new_tokens=8, temperature=1.0, seed=5)
     assert a == b
+
+
+class _Recorder:
+    """A chat_batch model whose reply names the request and its seed (exact expectations)."""
+
+    def __init__(self, fail_on: str | None = None):
+        self.calls: list[int] = []
+        self.fail_on = fail_on
+
+    def chat_batch(self, chats, *, max_new_tokens, temperature, seed, stop, batch_size):
+        import time
+
+        time.sleep(0.05)  # a slow model: requests pile up meanwhile
+        self.calls.append(len(chats))
+        users = [c[-1]["content"] for c in chats]
+        if self.fail_on in users:
+            raise RuntimeError("model failed")
+        return [f"{u}|{s}|{max_new_tokens}" for u, s in zip(users, seed, strict=True)]
+
+
+def test_batching_chat_answers_every_thread_with_its_own_reply_and_seed():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from icml26.core.chat import BatchingChat
+
+    inner = _Recorder()
+    with BatchingChat(inner, max_batch=8, window_s=0.2) as chat:
+        def ask(i):
+            n = 16 if i % 3 else 32  # two token budgets: never batched together
+            return chat.chat([{"role": "user", "content": f"q{i}"}], max_new_tokens=n, seed=100 + i)
+
+        with ThreadPoolExecutor(12) as pool:
+            out = list(pool.map(ask, range(12)))
+    assert out == [f"q{i}|{100 + i}|{16 if i % 3 else 32}" for i in range(12)]
+    assert sum(inner.calls) == 12 and max(inner.calls) > 1  # really batched
+    assert max(inner.calls) <= 8 and chat.batches == inner.calls
+
+
+def test_batching_chat_raises_the_inner_error_in_the_callers_of_that_group():
+    from icml26.core.chat import BatchingChat
+
+    with BatchingChat(_Recorder(fail_on="bad")) as chat:
+        with pytest.raises(RuntimeError, match="model failed"):
+            chat.chat([{"role": "user", "content": "bad"}])
+        assert chat.chat([{"role": "user", "content": "ok"}], seed=3) == "ok|3|256"
+    # a model without chat_batch is called one request at a time
+    with BatchingChat(StubChat(lambda m: m[-1]["content"].upper())) as chat:
+        assert chat.chat([{"role": "user", "content": "hi"}]) == "HI"
+
+
+def test_local_chat_batch_takes_a_seed_per_chat():
+    chat = LocalChat(dtype="float32")
+    one = chat.chat(MSGS, max_new_tokens=6, temperature=1.0, seed=11)
+    both = chat.chat_batch([MSGS, MSGS], max_new_tokens=6, temperature=1.0, seed=[11, 11])
+    assert both == [one, one]

@@ -233,6 +233,20 @@ def test_cli_run_and_score(data, tmp_path):
     assert json.loads(r.output) == {"score": 0.0, "resolve_rate": 0.0, "graded": 3}
     r = CliRunner().invoke(app, ["run", str(out), "--agent-cmd", "true", "--mode", "sideways"])
     assert isinstance(r.exception, UserError) and "sideways" in str(r.exception)
+    r = CliRunner().invoke(app, ["run", str(out), "--agent-cmd", "true", "--agent-llm", "stub:echo"])
+    assert isinstance(r.exception, UserError) and "exactly one" in str(r.exception)
+    # the built-in LLM agent on a chat spec: stub:echo replies with its own prompt, whose file
+    # blocks (the files that exist) merge into themselves: submitted unchanged; a prompt without
+    # an existing file has no block: the agent gives up on that milestone
+    llm_runs = tmp_path / "llm"
+    r = CliRunner().invoke(app, ["run", str(out), "--agent-llm", "stub:echo", "--mode",
+                                 "isolated", "--idle-rounds", "1", "-o", str(llm_runs)])
+    assert r.exit_code == 0, r.output
+    got = json.loads((llm_runs / "summary.json").read_text())
+    assert got["agent"] == "LLMAgent(stub:echo, tokens=512, temperature=0.0, seed=0)"
+    logs = [json.loads(p.read_text()) for p in sorted((llm_runs / "llm-agent").glob("*.json"))]
+    assert len(logs) == 3 and all(d["changed"] == [] for d in logs)
+    assert got["modes"]["isolated"]["submitted"] == sum(d["blocks"] > 0 for d in logs)
 
 
 def test_swebench_instances_and_predictions_round_trip(made, data, tmp_path):

@@ -111,14 +111,102 @@ class LocalChat:
 
     def chat_batch(self, chats, *, max_new_tokens=256, temperature=0.0, seed=None, stop=None,
                    batch_size: int = 16) -> list[str]:
-        """Replies to several chats at once (chat ``i`` draws with seed ``seed + i``)."""
+        """Replies to several chats at once (chat ``i`` draws with seed ``seed + i``, or with
+        ``seed[i]`` when ``seed`` is a list)."""
         from icml26.core.generate import generate
 
         prompts = [self.prompt_ids(m)[0].tolist() for m in chats]
+        if isinstance(seed, (list, tuple)):
+            seeds = [int(x) for x in seed]
+        else:
+            seeds = 0 if seed is None else int(seed)
         out = generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
-                       temperature=float(temperature), seed=0 if seed is None else int(seed),
+                       temperature=float(temperature), seed=seeds,
                        stop=list(stop or ()), batch_size=batch_size)
         return [g.text for g in out]
+
+
+class BatchingChat:
+    """Serve ``chat`` calls from many threads with one model, batched.
+
+    Callers (agents run in threads, e.g. one EvoClaw trial per thread) call :meth:`chat` as on any
+    :class:`ChatModel`; a worker thread gathers requests that arrive within ``window_s`` of each
+    other (up to ``max_batch``), groups those with equal ``max_new_tokens``, ``temperature`` and
+    ``stop``, and answers each group with one ``inner.chat_batch`` call (each request keeps its
+    own seed; ``inner`` without ``chat_batch`` is called one request at a time). A batched reply
+    can differ from the unbatched one by float rounding in padded batches. An exception in the
+    inner call is raised in every caller of that group. Use as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(self, inner: ChatModel, max_batch: int = 16, window_s: float = 0.05):
+        import queue
+        import threading
+
+        self.inner, self.max_batch, self.window_s = inner, int(max_batch), float(window_s)
+        self.batches: list[int] = []  # sizes of the inner calls, for reports and tests
+        self._q: queue.Queue = queue.Queue()
+        self._worker = threading.Thread(target=self._serve, daemon=True)
+        self._worker.start()
+
+    def chat(self, messages, *, max_new_tokens=256, temperature=0.0, seed=None, stop=None):
+        import threading
+
+        done, box = threading.Event(), {}
+        key = (int(max_new_tokens), float(temperature), tuple(stop or ()))
+        self._q.put((check_messages(messages), key, 0 if seed is None else int(seed), done, box))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["reply"]
+
+    def _serve(self) -> None:
+        import queue
+
+        while True:
+            first = self._q.get()
+            if first is None:
+                return
+            reqs = [first]
+            while len(reqs) < self.max_batch:
+                try:
+                    nxt = self._q.get(timeout=self.window_s)
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._q.put(None)
+                    break
+                reqs.append(nxt)
+            groups: dict = {}
+            for r in reqs:
+                groups.setdefault(r[1], []).append(r)
+            for (tokens, temp, stop), group in groups.items():
+                try:
+                    if hasattr(self.inner, "chat_batch"):
+                        replies = self.inner.chat_batch(
+                            [r[0] for r in group], max_new_tokens=tokens, temperature=temp,
+                            seed=[r[2] for r in group], stop=list(stop), batch_size=len(group))
+                    else:
+                        replies = [self.inner.chat(r[0], max_new_tokens=tokens, temperature=temp,
+                                                   seed=r[2], stop=list(stop)) for r in group]
+                    self.batches.append(len(group))
+                    for r, text in zip(group, replies, strict=True):
+                        r[4]["reply"] = text
+                except Exception as exc:  # noqa: BLE001 - handed to every caller of the group
+                    for r in group:
+                        r[4]["error"] = exc
+                for r in group:
+                    r[3].set()
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._worker.join(timeout=5)
+
+    def __enter__(self) -> BatchingChat:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class OpenAIChat:

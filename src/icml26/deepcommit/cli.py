@@ -114,13 +114,25 @@ def build_cmd(
 def run_cmd(
     data: Annotated[Path, typer.Argument(help="Dataset folder from `build --verify`.")],
     agent_cmd: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="Shell command run once per milestone in the agent's workspace (cwd); "
             "{workdir}, {milestone}, {srs} (path of the task's SRS.md) are filled in and "
             "exported as $DC_WORKDIR, $DC_MILESTONE, $DC_SRS. Exit 0 = submit.",
         ),
-    ],
+    ] = None,
+    agent_llm: Annotated[
+        str | None,
+        typer.Option(
+            help="Instead of --agent-cmd: the built-in one-turn LLM agent (deepcommit.agent) on "
+            "a core.chat spec: local:qwen2.5-coder-0.5b-instruct, local:PATH, or "
+            "http://HOST/v1#MODEL.",
+        ),
+    ] = None,
+    llm_tokens: Annotated[int, typer.Option(help="--agent-llm: new tokens per milestone.")] = 512,
+    llm_temperature: Annotated[
+        float, typer.Option(help="--agent-llm: sampling temperature (0 = greedy).")
+    ] = 0.0,
     out: Annotated[Path, typer.Option("--out", "-o", help="Runs folder (resumable).")] = Path(
         "runs"
     ),
@@ -145,6 +157,17 @@ def run_cmd(
     from icml26.core.errors import UserError
     from icml26.deepcommit.runner import run_dataset
 
+    if (agent_cmd is None) == (agent_llm is None):
+        raise UserError("give exactly one of --agent-cmd and --agent-llm")
+    if agent_llm is not None:
+        if docker:
+            raise UserError("--docker runs a command agent; it does not apply to --agent-llm")
+        from icml26.core.chat import get_chat
+        from icml26.deepcommit.agent import LLMAgent
+
+        agent_cmd = LLMAgent(get_chat(agent_llm), max_new_tokens=llm_tokens,
+                             temperature=llm_temperature, name=agent_llm,
+                             log_dir=out.resolve() / "llm-agent")
     if docker:
         from icml26.deepcommit.docker import docker_command
 
