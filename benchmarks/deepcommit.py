@@ -7,6 +7,10 @@ with MiniLM and clusters them; reports embedding, signal and clustering seconds.
 (b) on a generated repository, prepares a clean tree at a revision ``--trials`` times either by
 ``git worktree add`` + remove per run, or by ``reset --hard`` + ``clean`` of one reused worktree.
 Targets (issue 17): grouping 1,000 commits <= 30 s; reused worktree >= 2x faster.
+(c) ``--batching N``: N threads each ask one LLMAgent-sized chat (a milestone prompt of a
+generated repository, 64 new tokens, packaged SmolLM2, fp32, greedy) through one LocalChat in
+turn vs through ``core.chat.BatchingChat`` (what the claim's parallel trials do); reports process
+CPU seconds and wall seconds of each, and whether the replies are equal.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--commits", type=int, default=1000)
     ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--batching", type=int, default=0, help="only part (c) with N threads")
     args = ap.parse_args()
+    if args.batching:
+        return batching(args.batching)
     from icml26.deepcommit.history import load_history
     from icml26.deepcommit.milestones import GroupConfig, group_from_signals, signal_matrices
     from icml26.deepcommit.synth import make_repo
@@ -77,6 +84,39 @@ def main() -> None:
             f"| clean tree per test run | new worktree {t_new * 1000:.0f} ms, reused "
             f"(reset+clean) {t_reuse * 1000:.0f} ms | x{t_new / t_reuse:.1f} | target >= 2x |"
         )
+
+
+
+def batching(n: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from icml26.core.chat import BatchingChat, LocalChat
+    from icml26.deepcommit.agent import SYSTEM
+
+    chat = LocalChat(dtype="float32")
+    prompts = [
+        [{"role": "system", "content": SYSTEM},
+         {"role": "user", "content": f"TASK\n\nM{i}: add f{i}\n\nRequired behaviour\n\n"
+          f"- New file `pkg/m{i}.py`: `f{i}(x)` returns `x * {i + 2}`.\n\nCURRENT FILES\n\n"
+          f"### pkg/m{i}.py\n(this file does not exist yet)\n\nNow write the complete new "
+          "content of every file that must change."}]
+        for i in range(n)
+    ]
+    chat.chat(prompts[0], max_new_tokens=4)  # warm up
+    c0, t0 = time.process_time(), time.perf_counter()
+    seq = [chat.chat(p, max_new_tokens=64) for p in prompts]
+    c_seq, t_seq = time.process_time() - c0, time.perf_counter() - t0
+    c0, t0 = time.process_time(), time.perf_counter()
+    with BatchingChat(chat, max_batch=n, window_s=0.2) as bc, ThreadPoolExecutor(n) as pool:
+        bat = list(pool.map(lambda p: bc.chat(p, max_new_tokens=64), prompts))
+        sizes = list(bc.batches)
+    c_bat, t_bat = time.process_time() - c0, time.perf_counter() - t0
+    same = sum(a == b for a, b in zip(seq, bat, strict=True))
+    print(
+        f"| {n} agent calls (SmolLM2, 64 new tokens, greedy) | BatchingChat {c_bat:.1f} CPU-s, "
+        f"{t_bat:.1f} s wall (batches {sizes}) | one at a time {c_seq:.1f} CPU-s, {t_seq:.1f} s "
+        f"wall | {c_seq / c_bat:.2f}x CPU, {t_seq / t_bat:.2f}x wall; {same}/{n} replies equal |"
+    )
 
 
 if __name__ == "__main__":

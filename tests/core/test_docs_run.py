@@ -220,7 +220,7 @@ SKIP: dict[str, str] = {
     r"^icml26 report --pdf": "headless Chromium (tests/core/test_report_browser.py)",
     (
         r"--model (PATH|/models/|smollm2|out/)|--agent (local|\.\.\.)|--lm local"
-        r"|--chat (local|http)|--writer lm|--judge http"
+        r"|--chat (local|http)|--writer lm|--judge http|--agent-llm (local|http)"
     ): "generates with, trains or evaluates a language model (the model zoo or the user's)",
     r"^icml26 (binarypc|corrsteer) (eval|calibrate|train-sae|eval-sae|select)\b": (
         "runs the packaged SmolLM2 over thousands of tokens (minutes on a CPU)"

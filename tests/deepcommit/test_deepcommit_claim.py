@@ -1,23 +1,45 @@
 """The tiny claim end to end (MiniLM + git), and the synthetic repository's ground truth."""
 
 import numpy as np
+import pytest
 
 from icml26.claims_index import get
 from icml26.core import power
 from icml26.core.claims import Claim, Measure, Result, run_claim
-from icml26.deepcommit.claim import ORACLE, _differing
+from icml26.deepcommit.claim import GENERATORS, ORACLE, _differing
 from icml26.deepcommit.history import load_history
-from icml26.deepcommit.synth import make_repo
+from icml26.deepcommit.synth import TOPIC_FREE, make_repo
 
 
-def test_generated_repo_truth_matches_preprocessing(tmp_path):
-    truth = make_repo(tmp_path / "r", seed=3, n_features=4, n_commits=30)
+@pytest.mark.parametrize("generator", ["standard", "hard"])
+def test_generated_repo_truth_matches_preprocessing(tmp_path, generator):
+    truth = make_repo(tmp_path / "r", seed=3, n_features=4, n_commits=30, **GENERATORS[generator])
     h = load_history(truth.path)
     dropped = {d.sha for d in h.dropped}
     assert dropped == set(truth.dropped)  # every noise drop found, nothing else dropped
     kept = {c.sha for c in h.commits}
     assert set(truth.label) <= kept
     assert all(a < b for a, b in truth.edges)
+    refactors = [c for c in h.commits if c.subject.startswith("refactor:")]
+    assert len(refactors) == (3 if generator == "hard" else 1)
+    assert all(truth.label[c.sha] == -1 for c in refactors)  # no feature's milestone
+
+
+def test_hard_generator_hides_the_topic_from_two_authors(tmp_path):
+    truth = make_repo(tmp_path / "r", seed=100, n_features=6, n_commits=60, **GENERATORS["hard"])
+    h = load_history(truth.path)
+    by_author: dict[str, list[str]] = {}
+    for c in h.commits:
+        if truth.label.get(c.sha, -1) >= 0:
+            by_author.setdefault(c.author, []).append(c.subject)
+    free = [a for a, subs in by_author.items() if all(s in TOPIC_FREE for s in subs)]
+    assert len(free) == 2  # their messages never name a topic or a function
+    topics = set(truth.topics)
+    assert not any(t in s for a in free for s in by_author[a] for t in topics)
+    # the standard generator is unchanged by the new parameters' defaults
+    a = make_repo(tmp_path / "a", seed=5)
+    b = make_repo(tmp_path / "b", seed=5, topic_free=0, refactors=1)
+    assert list(a.label) == list(b.label)
 
 
 def _claim():

@@ -57,7 +57,19 @@ class RepoTruth:
         return float(sizes[sizes > 0].mean())
 
 
+TOPIC_FREE = (
+    "Update code",
+    "Address review comments",
+    "Small improvements",
+    "Follow-up changes",
+    "Implement requested changes",
+    "Clean up and extend",
+)
+
+
 def _msg(rng, topic: str, style: str, kind: str, detail: str) -> str:
+    if style == "topicfree":  # an author whose messages never name the feature
+        return str(rng.choice(TOPIC_FREE))
     phrase = TOPICS[topic][int(rng.integers(len(TOPICS[topic])))]
     if rng.random() < 0.12:
         return str(rng.choice(["wip", "address review comments", "more changes", "update"]))
@@ -122,14 +134,24 @@ def make_repo(
     shared: float = 0.35,
     mixed: float = 0.15,
     refactor: bool = True,
+    topic_free: int = 0,
+    refactors: int = 1,
 ) -> RepoTruth:
     """Write a repository of about ``n_commits`` commits into the empty folder ``path``.
 
     ``n_features`` (<= 8) true milestones; ``noise`` = share of noise commits; ``shared`` =
     chance a growth commit also registers in the shared ``pkg/cli.py``; ``mixed`` = chance it also
     appends to another feature's module; ``refactor``: one cross-feature refactor (type hints on
-    every existing ``*_fn0``) at mid-history, labelled -1 (it belongs to no feature).
+    every existing ``*_fn0``) at mid-history, labelled -1 (it belongs to no feature);
+    ``refactors`` > 1 interleaves more cross-feature refactors (a ``REVIEWED_<k> = True`` line in every
+    existing module), evenly over the history; ``topic_free``: that many developers write
+    messages that name neither the feature nor the function (signals that a message-only method
+    cannot use). The defaults reproduce the earlier generator exactly.
     """
+    if topic_free < 0 or topic_free > len(DEVS):
+        raise ValueError(f"topic_free must be in [0, {len(DEVS)}]; got {topic_free}")
+    if refactors < 1:
+        raise ValueError(f"refactors must be >= 1; got {refactors}")
     if not 2 <= n_features <= len(TOPICS):
         raise ValueError(f"n_features must be in [2, {len(TOPICS)}]; got {n_features}")
     rng = np.random.default_rng(seed)
@@ -149,6 +171,9 @@ def make_repo(
     }
     owner = {k: int(rng.integers(len(DEVS))) for k in range(n_features)}
     style = {d: STYLES[int(rng.integers(len(STYLES)))] for d in range(len(DEVS))}
+    if topic_free:
+        for d in rng.permutation(len(DEVS))[:topic_free]:
+            style[int(d)] = "topicfree"
     # schedule: feature k works in a window starting at 10h*k; a late fix goes 200h later
     events = []
     for k in range(n_features):
@@ -165,7 +190,9 @@ def make_repo(
         noise_events.append((int(rng.integers(40_000, horizon)), -1, kind))
         i += 1
     if refactor and n_features >= 3:
-        noise_events.append((36_000 * (n_features // 2) + 1800, -1, "refactor"))
+        for r in range(refactors):
+            at = 36_000 * (n_features * (r + 1) // (refactors + 1)) + 1800
+            noise_events.append((at, -1, "refactor" if r == 0 else f"refactor{r}"))
     base = 1_700_000_000
     w.files["pkg/__init__.py"] = ['"""A generated package."""']
     w.files["README.md"] = ["# pkg", "", "Teh package does things.", "Recieve and proces data."]
@@ -265,6 +292,12 @@ def _noise(w, rng, kind, created, topics, when, debug_pending, truth) -> str | N
     if not live:
         return None
     mod = f"pkg/{topics[live[int(rng.integers(len(live)))]]}.py"
+    if kind.startswith("refactor") and kind != "refactor":  # a later pass: a review marker
+        for j in live:
+            w.files[f"pkg/{topics[j]}.py"].insert(1, f"REVIEWED_{kind[8:]} = True")
+        sha = w.commit(f"refactor: review pass {kind[8:]} over all modules", dev, when)
+        truth.label[sha] = -1
+        return sha
     if kind == "refactor":
         for j in live:
             lines = w.files[f"pkg/{topics[j]}.py"]
