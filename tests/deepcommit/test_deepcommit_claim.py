@@ -6,7 +6,7 @@ import pytest
 from icml26.claims_index import get
 from icml26.core import power
 from icml26.core.claims import Claim, Measure, Result, run_claim
-from icml26.deepcommit.claim import GENERATORS, ORACLE, _differing
+from icml26.deepcommit.claim import GENERATORS, _differing
 from icml26.deepcommit.history import load_history
 from icml26.deepcommit.synth import TOPIC_FREE, make_repo
 
