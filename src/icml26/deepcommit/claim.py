@@ -35,6 +35,7 @@ import numpy as np
 from icml26.core import power
 from icml26.core.checkpoint import Memo
 from icml26.core.claims import Measure, Result, RunContext
+from icml26.core.io import atomic_write_text
 from icml26.core.stats import clustered_bootstrap
 from icml26.deepcommit.agent import LLMAgent, milestone_srs
 from icml26.deepcommit.dag import build_dag
@@ -421,7 +422,6 @@ def _agent_trials(specs, ctx: RunContext, n_commits: int, generator: str = "stan
     calls are generated in batches. Resumable: one memo unit per finished trial; a trial still
     running after ``agent_budget_min`` minutes is dropped (it starts again on the next run)."""
     import shutil
-    import tempfile
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -476,17 +476,20 @@ def _agent_trials(specs, ctx: RunContext, n_commits: int, generator: str = "stan
             f"local:{model}" if local else str(model), dtype=opts.get("dtype"), device=ctx.device
         )
         parallel = int(opts.get("agent_parallel") or len(todo))
-        with (
-            BatchingChat(inner, max_batch=parallel, window_s=0.5) as chat,
-            tempfile.TemporaryDirectory(prefix="dc-agent-") as tmp,
-        ):
+        with BatchingChat(inner, max_batch=parallel, window_s=0.5) as chat:
             advance = ctx.progress.task(f"LLM agent trials ({model})", total=len(todo))
 
             def one(i_u):
                 i, u = i_u
                 r, spec, s, mode = u
-                repo = Path(tmp) / f"t{i}" / "repo"
-                shutil.copytree(spec.repo, repo, symlinks=True)  # own refs and worktrees
+                # the trial's own copy of the repository (its refs and worktrees), kept until the
+                # trial finishes: run_trial's state (finished milestones, the agent's tree as a
+                # ref) lets a stopped trial go on from its last finished milestone
+                home = ctx.out_dir / "agent_trials" / key(u).replace("/", "_")
+                repo = home / "repo"
+                if not (repo / ".git").exists():
+                    shutil.rmtree(home, ignore_errors=True)
+                    shutil.copytree(spec.repo, repo, symlinks=True)
                 llm = LLMAgent(
                     chat,
                     max_new_tokens=tokens,
@@ -501,16 +504,26 @@ def _agent_trials(specs, ctx: RunContext, n_commits: int, generator: str = "stan
                     return llm(w, t)
 
                 try:
-                    res = run_trial(replace(spec, repo=repo), agent, mode, max_idle_rounds=rounds)
+                    res = run_trial(
+                        replace(spec, repo=repo),
+                        agent,
+                        mode,
+                        max_idle_rounds=rounds,
+                        state_path=home / "state.json",
+                        state_key=cfg,
+                    )
                 except _OutOfBudget:
                     with lock:
                         info["skipped"] += 1
                     return
-                finally:
-                    shutil.rmtree(repo.parent, ignore_errors=True)
+                finally:  # calls add up over the runs a trial spans
+                    n = home / "calls.txt"
+                    calls = llm.calls + (int(n.read_text()) if n.exists() else 0)
+                    atomic_write_text(n, str(calls))
                 with lock:
-                    memo.put(key(u), {**_trial_json(res), "calls": llm.calls})
+                    memo.put(key(u), {**_trial_json(res), "calls": calls})
                     advance(1)
+                shutil.rmtree(home, ignore_errors=True)
 
             with ThreadPoolExecutor(max(1, min(parallel, len(todo)))) as pool:
                 list(pool.map(one, enumerate(todo)))
