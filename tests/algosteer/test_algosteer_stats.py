@@ -86,3 +86,24 @@ def test_compliance_and_ratio():
     assert pairs == [("t", "sem")] and tasks == ["t"]
     assert ratio == pytest.approx(1.0 / 0.1)
     assert np.isnan(tvd_ratio(cells, {"t": FAMS}, ["thin"], min_n=5)[0])
+
+
+def test_ratio_ci_with_a_task_whose_cue_cell_is_missing():
+    """Regression (the first informative Qwen grid crashed): the bootstrap re-evaluates the ratio
+    on the used cells only, with min_n=0; a numerator cue absent for one task must not count."""
+    from icml26.algosteer.claim import _ratio_ci
+
+    cells = {
+        ("t", "none"): ["a"] * 10,
+        ("t", "none_resampled"): ["a"] * 5 + ["b"] * 5,
+        ("t", "sem"): ["b"] * 10,
+        ("u", "none"): ["a"] * 10,
+        ("u", "none_resampled"): ["a"] * 4 + ["b"] * 6,
+        ("u", "sem"): ["a"] * 3,  # under min_n: out of the headline
+    }
+    fams = {"t": FAMS, "u": FAMS}
+    assert tvd_ratio(cells, fams, ["sem", "other"], min_n=0)[1] == [("t", "sem"), ("u", "sem")]
+    ratio, (lo, hi), pairs = _ratio_ci(cells, fams, ["sem"], 5, seed=0, n_boot=200)
+    assert pairs == [("t", "sem")]
+    assert ratio == pytest.approx(1.0 / ((0.5 + 0.6) / 2))
+    assert lo <= ratio <= hi

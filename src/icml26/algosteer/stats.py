@@ -159,12 +159,12 @@ def tvd_ratio(
     NaN when nothing is informative (``inf`` when the control TVD is 0).
     """
     tasks = sorted({t for t, _ in cells})
-    ok = [
-        t
-        for t in tasks
-        if len(cells.get((t, base), ())) >= min_n and len(cells.get((t, control), ())) >= min_n
-    ]
-    pairs = [(t, c) for t in ok for c in numerator if len(cells.get((t, c), ())) >= min_n]
+
+    def enough(key) -> bool:  # a cell that is absent never counts, even with min_n = 0
+        return key in cells and len(cells[key]) >= min_n
+
+    ok = [t for t in tasks if enough((t, base)) and enough((t, control))]
+    pairs = [(t, c) for t in ok for c in numerator if enough((t, c))]
     if not pairs:
         return float("nan"), [], ok
 
