@@ -325,9 +325,9 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # estimate: SmolLM2 load + 16 generations of 64 tokens
-            "small": 120,  # estimate (issue 38 grid): 2,300 Qwen2.5-Coder-0.5B generations of
-                           # ~70 tokens (<= 256); a 30-generation probe at batch 24 on the loaded
-                           # 2-core machine took 4.1 CPU-s each (2026-12-07); batch 48 ~2-3
+            "small": 130,  # measured (issue 38 grid, docs/algosteer.md): 2,300 Qwen2.5-Coder-0.5B
+                           # generations with their sandboxed tests in three resumed parts, 48 + ~23
+                           # + 59 CPU-min (2026-12-07, fp32, one thread, loaded 2-core machine)
         },
     ),
     Claim(
