@@ -350,8 +350,8 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # docs/deepcommit.md: tiny ~60 s under load (one process)
-            "small": 24,  # docs/deepcommit.md: 1,446 s wall on the loaded box, one Python process
-                          # and its git children (<= 24; small, 2026-12-01 run)
+            "small": 36,  # measured 2026-12-07 (docs/deepcommit.md): 2,166 CPU-s -- recovery and
+                          # scripted trials ~6, 20 Qwen2.5-Coder-0.5B agent trials ~30 CPU-min
         },
     ),
     Claim(

@@ -441,7 +441,7 @@ def _agent_trials(specs, ctx: RunContext, n_commits: int, generator: str = "stan
         "tokens": tokens,
         "n_commits": n_commits,
         "scale": ctx.scale,
-        "dags": [r["truth"].path.name for r, _ in specs],
+        # no DAG list: units are keyed by DAG, so a run with more DAGs reuses the finished ones
         **({"generator": generator} if generator != "standard" else {}),
         "seed": ctx.seed,
         "dtype": str(opts.get("dtype")),
@@ -663,8 +663,9 @@ def _agent_result(trials, info, harness, qs, dags, graded, seed):
         f"temperature {info['temperature']}, <= {info['tokens']} new tokens per milestone, seeds "
         f"{info['seeds']}) implements each milestone of DeepCommit-lite's verified DAGs ({len(kept)} "
         f"of {len(dags)} DAGs finished) from a behaviour SRS written from the milestone's gold "
-        "source diff (deepcommit.agent.milestone_srs; hidden tests never shown), in one turn of "
-        "definition-level edits (deepcommit.agent.LLMAgent). Continuous: one workspace, locking; "
+        "source diff (deepcommit.agent.milestone_srs; hidden tests never shown), in one turn: "
+        "files or definitions per '### path' block, merged by name (deepcommit.agent.LLMAgent). "
+        "Continuous: one workspace, locking; "
         "isolated: every graded milestone from its gold start. Score = score_reliable (mean "
         "per-milestone F1 x 100); ratio of means continuous / isolated over (seed, milestone) "
         "items, 95% bootstrap clustered over DAGs then items. Target < 1 (paper: > 80% isolated "
