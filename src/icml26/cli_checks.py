@@ -95,7 +95,7 @@ RANGES: dict[str, dict[str, Range]] = {
     "cyberpal sft": {"lr": POS},
     "cyberpal eval": {"ood_share": within(0, 1, True, True), "id_test": POS},
     "deepcommit build": {"threshold": SHARE, "time_scale_h": POS, "timeout": POS},
-    "deepcommit run": {"timeout": POS},
+    "deepcommit run": {"timeout": POS, "llm_temperature": GE0},
     "echo calibrate": {"auc_min": UNIT},
     "lems compress": {"ratio": SHARE, "trials": GE0},
     "quartet2 error": {"hadamard_dim": ge(16)},
