@@ -23,3 +23,19 @@ def commit(repo, files, msg, t):
     }
     for args in (["add", "-A"], ["commit", "-q", "-m", msg]):
         subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
+
+
+#: the base state of the hand-built two-milestone repositories (fa(x) = x and its test)
+BASE_FILES = {
+    "pkg/__init__.py": "",
+    "tests/__init__.py": "",
+    "pkg/a.py": "def fa(x):\n    return x\n",
+    "tests/test_a.py": "from pkg.a import fa\n\ndef test_fa():\n    assert fa(1) == 1\n",
+}
+
+
+def init_repo(repo):
+    """An empty repository on branch main at ``repo`` (created)."""
+    repo.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, capture_output=True)
+    return repo

@@ -2,10 +2,9 @@
 written from a milestone's diff; trials driven by StubChat replies with known outcomes."""
 
 import ast
-import subprocess
 
 import pytest
-from deepcommit_gitutil import commit
+from deepcommit_gitutil import BASE_FILES, commit, init_repo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -121,21 +120,8 @@ def test_behaviour_srs_closed_form():
 
 @pytest.fixture(scope="module")
 def trial(tmp_path_factory):
-    root = tmp_path_factory.mktemp("agent")
-    repo = root / "repo"
-    repo.mkdir()
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, capture_output=True)
-    commit(
-        repo,
-        {
-            "pkg/__init__.py": "",
-            "tests/__init__.py": "",
-            "pkg/a.py": "def fa(x):\n    return x\n",
-            "tests/test_a.py": "from pkg.a import fa\n\ndef test_fa():\n    assert fa(1) == 1\n",
-        },
-        "base",
-        0,
-    )
+    repo = init_repo(tmp_path_factory.mktemp("agent") / "repo")
+    commit(repo, BASE_FILES, "base", 0)
     commit(
         repo,
         {

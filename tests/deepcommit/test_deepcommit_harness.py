@@ -3,7 +3,7 @@
 import subprocess
 
 import pytest
-from deepcommit_gitutil import commit
+from deepcommit_gitutil import BASE_FILES, commit, init_repo
 
 from icml26.deepcommit.dag import Dag
 from icml26.deepcommit.harness import ScriptedAgent, TrialSpec, _unlocked, depths, run_trial
@@ -14,20 +14,8 @@ from icml26.deepcommit.verify import verify
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("h")
-    repo, counter = root / "repo", root / "counter"
-    repo.mkdir()
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, capture_output=True)
-    commit(
-        repo,
-        {
-            "pkg/__init__.py": "",
-            "tests/__init__.py": "",
-            "pkg/a.py": "def fa(x):\n    return x\n",
-            "tests/test_a.py": "from pkg.a import fa\n\ndef test_fa():\n    assert fa(1) == 1\n",
-        },
-        "base",
-        0,
-    )
+    repo, counter = init_repo(root / "repo"), root / "counter"
+    commit(repo, BASE_FILES, "base", 0)
     commit(
         repo,
         {

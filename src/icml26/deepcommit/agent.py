@@ -157,6 +157,11 @@ def _merge(old: str, code: str) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def _named_sources(srs: str) -> list[str]:
+    """The ``.py`` paths an SRS names, in order, without test files."""
+    return [p for p in dict.fromkeys(_PATH_IN_TEXT.findall(srs)) if not p.startswith("tests/")]
+
+
 def _safe_path(workdir: Path, rel: str) -> Path | None:
     p = Path(rel)
     if p.is_absolute() or ".." in p.parts or not p.parts or p.parts[0] == ".git":
@@ -213,7 +218,6 @@ class LLMAgent:
     max_file_lines: int = 120
     log_dir: Path | str | None = None
     calls: int = 0
-    transcripts: list = field(default_factory=list)
     attempts: dict = field(default_factory=dict)
     name: str = ""
 
@@ -222,11 +226,8 @@ class LLMAgent:
                 f"temperature={self.temperature}, seed={self.seed})")
 
     def prompt(self, workdir: Path, srs: str) -> str:
-        shown, parts = [], []
-        for rel in dict.fromkeys(_PATH_IN_TEXT.findall(srs)):
-            if rel.startswith("tests/") or rel in shown:
-                continue
-            shown.append(rel)
+        parts = []
+        for rel in _named_sources(srs):
             p = _safe_path(workdir, rel)
             if p is None:
                 continue
@@ -261,11 +262,7 @@ class LLMAgent:
         )
         self.calls += 1
         blocks = parse_blocks(reply)
-        named = [
-            p
-            for p in dict.fromkeys(_PATH_IN_TEXT.findall(task["srs"]))
-            if not p.startswith("tests/")
-        ]
+        named = _named_sources(task["srs"])
         if not blocks and len(named) == 1:  # one unnamed block and one file the task names
             blocks = [(named[0], m[1]) for m in _FENCE.finditer(reply)][:1]
         changed, problems = apply_blocks(workdir, blocks)
@@ -277,7 +274,6 @@ class LLMAgent:
             "problems": problems,
             "blocks": len(blocks),
         }
-        self.transcripts.append({k: rec[k] for k in ("milestone", "changed", "problems", "blocks")})
         if self.log_dir is not None:
             name = f"{m}.json" if k == 1 else f"{m}.try{k}.json"
             atomic_write_text(Path(self.log_dir) / name, json.dumps(rec, indent=1))
@@ -348,18 +344,13 @@ def milestone_srs(
     """An SRS for the milestone ``start..end`` of ``repo``: title, the commit subjects (when
     given), the behaviour from the gold source diff (:func:`behaviour_srs`; tests excluded) and
     the source files involved. This is what :class:`LLMAgent` is handed in the claim."""
+    from icml26.deepcommit.harness import _show
     from icml26.deepcommit.history import git
 
     excl = [f":(exclude){d}" for d in test_dirs]
     files = git(repo, "diff", "--name-only", start, end, "--", ".", *excl).split()
-
-    def show(rev: str, path: str) -> str | None:
-        out = git(repo, "show", f"{rev}:{path}", check=False)
-        known = git(repo, "ls-tree", "--name-only", rev, "--", path).strip()
-        return out if known else None
-
-    before = {f: t for f in files if (t := show(start, f)) is not None}
-    after = {f: t for f in files if (t := show(end, f)) is not None}
+    before = {f: t for f in files if (t := _show(Path(repo), start, f)) is not None}
+    after = {f: t for f in files if (t := _show(Path(repo), end, f)) is not None}
     lines = [f"# {title}", ""]
     if subjects:
         lines += ["## Requested changes", ""] + [f"- {s}" for s in subjects] + [""]
