@@ -542,9 +542,9 @@ def _agent_trials(specs, ctx: RunContext, n_commits: int, generator: str = "stan
     return out, info
 
 
-def _paired(trials: list[dict], dags: list[str], graded: dict, a: str, b: str):
-    """Per-DAG paired per-(seed, milestone) scores of modes ``a`` and ``b`` (DAGs where both
-    finished on every seed)."""
+def _paired(trials: list[dict], dags: list[str], graded: dict, a: str, b: str, key: str = "score"):
+    """Per-DAG paired per-(seed, milestone) values (``key``: ``score`` or ``resolved``) of modes
+    ``a`` and ``b``, on the seeds where both finished, and the DAGs kept."""
     xa, xb, kept = [], [], []
     for d in dags:
         ta = {t["seed"]: t for t in trials if t["repo"] == d and t["mode"] == a}
@@ -552,8 +552,8 @@ def _paired(trials: list[dict], dags: list[str], graded: dict, a: str, b: str):
         seeds = sorted(set(ta) & set(tb))
         if not seeds or not graded[d]:
             continue
-        xa.append([ta[s]["per_milestone"][str(m)]["score"] for s in seeds for m in graded[d]])
-        xb.append([tb[s]["per_milestone"][str(m)]["score"] for s in seeds for m in graded[d]])
+        xa.append([ta[s]["per_milestone"][str(m)][key] for s in seeds for m in graded[d]])
+        xb.append([tb[s]["per_milestone"][str(m)][key] for s in seeds for m in graded[d]])
         kept.append(d)
     return xa, xb, kept
 
@@ -639,17 +639,9 @@ def _agent_result(trials, info, harness, qs, dags, graded, seed):
                 metric="mean milestone score (isolated)",
             )
         )
-        differ = total = 0
-        for d in kept:
-            tc = {x["seed"]: x for x in trials if x["repo"] == d and x["mode"] == "continuous"}
-            ti = {x["seed"]: x for x in trials if x["repo"] == d and x["mode"] == "isolated"}
-            for s_ in set(tc) & set(ti):
-                for m in graded[d]:
-                    total += 1
-                    differ += (
-                        tc[s_]["per_milestone"][str(m)]["resolved"]
-                        != ti[s_]["per_milestone"][str(m)]["resolved"]
-                    )
+        rc, ri, _ = _paired(trials, dags, graded, "continuous", "isolated", key="resolved")
+        differ = sum(x != y for c, i in zip(rc, ri, strict=True) for x, y in zip(c, i, strict=True))
+        total = sum(len(c) for c in rc)
         checks.append(
             power.degeneracy(
                 (f"LLM agent {model}, continuous", f"LLM agent {model}, isolated"),
