@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -140,9 +142,6 @@ class BatchingChat:
     """
 
     def __init__(self, inner: ChatModel, max_batch: int = 16, window_s: float = 0.05):
-        import queue
-        import threading
-
         self.inner, self.max_batch, self.window_s = inner, int(max_batch), float(window_s)
         self.batches: list[int] = []  # sizes of the inner calls, for reports and tests
         self._q: queue.Queue = queue.Queue()
@@ -150,8 +149,6 @@ class BatchingChat:
         self._worker.start()
 
     def chat(self, messages, *, max_new_tokens=256, temperature=0.0, seed=None, stop=None):
-        import threading
-
         done, box = threading.Event(), {}
         key = (int(max_new_tokens), float(temperature), tuple(stop or ()))
         self._q.put((check_messages(messages), key, 0 if seed is None else int(seed), done, box))
@@ -161,8 +158,6 @@ class BatchingChat:
         return box["reply"]
 
     def _serve(self) -> None:
-        import queue
-
         while True:
             first = self._q.get()
             if first is None:
