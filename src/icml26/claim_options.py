@@ -263,8 +263,9 @@ ALGOSTEER = (
 DEEPCOMMIT = (
     _count("n_commits", "commits per generated repository (12/60/60)"),
     _count("n_dags", "generated DAGs of the agent trials and the scripted-agent check (1/5/10)"),
-    Opt("generator", "choice", "generated histories: standard, or hard (features spread over "
-        "shared files, two topic-free authors, three interleaved refactors) (standard)",
+    Opt("generator", "choice", "generated histories: standard, or hard (half of the growth commits "
+        "in shared modules, more shared-file co-change, two topic-free authors, three "
+        "interleaved refactors) (standard)",
         choices=("standard", "hard")),
     Opt("agent", "choice", "llm: an LLM command agent is the headline (continuous / isolated); "
         "none: milestone recovery is the headline (llm)", choices=("llm", "none")),

@@ -108,3 +108,35 @@ def test_identical_partitions_make_the_degeneracy_check_fail(tmp_path):
     )
     claim = Claim("deepcommit", "p", "s", "f", run=lambda ctx: res, power=get("deepcommit").power)
     assert run_claim(claim, scale="tiny", out_root=tmp_path)["verdict"] == "uninformative"
+
+
+def test_spread_moves_growth_commits_out_of_their_feature_files(tmp_path):
+    import subprocess
+    import sys
+
+    truth = make_repo(tmp_path / "r", seed=100, n_features=6, n_commits=60, spread=1.0)
+    h = load_history(truth.path)
+    own, shared = 0, 0
+    for c in h.commits:
+        k = truth.label.get(c.sha, -1)
+        if k < 0:
+            continue
+        topic = truth.topics[k]
+        if {f"pkg/{topic}.py", f"tests/test_{topic}.py"} & set(c.files):
+            own += 1
+        else:  # a spread growth commit: only shared files, but it still uses <topic>_fn0
+            shared += 1
+            assert set(c.files) <= {"pkg/common.py", "pkg/helpers.py", "tests/test_common.py",
+                                    "pkg/cli.py"} | {f"pkg/{t}.py" for t in truth.topics}
+            assert any(u.endswith(f"{topic}_fn0") for u in c.uses), (c.subject, c.uses)
+    # with spread=1 every plain growth commit leaves its module: only creations, fixes and
+    # cross-reference touches stay in the feature's files
+    assert shared > own / 2 and own >= 6
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                         cwd=truth.path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-2000:]  # the generated tests pass at HEAD
+    with pytest.raises(ValueError, match="spread must be in"):
+        make_repo(tmp_path / "bad", seed=0, spread=1.5)
+    # spread=0 keeps the earlier generator's commits (the default draws no extra random numbers)
+    a, b = make_repo(tmp_path / "a", seed=5), make_repo(tmp_path / "b", seed=5, spread=0.0)
+    assert list(a.label) == list(b.label)

@@ -55,12 +55,12 @@ TIME_SCALES = (3.0, 12.0, 48.0)
 GAPS_H = (0.5, 1, 2, 3, 4, 6, 8, 12, 24, 48)
 
 
-#: ``--opt generator=hard``: single signals defeated (issue 38) -- features spread over shared
-#: files (registry lines and cross-module appends twice as often), two of four authors write
-#: topic-free messages, three interleaved cross-feature refactors
+#: ``--opt generator=hard``: single signals defeated (issue 38) -- half of the growth commits put
+#: their function in a shared module (``spread``), registry lines and cross-module appends twice
+#: as often, two of four authors write topic-free messages, three interleaved refactors
 GENERATORS = {
     "standard": {},
-    "hard": {"shared": 0.6, "mixed": 0.3, "topic_free": 2, "refactors": 3},
+    "hard": {"shared": 0.6, "mixed": 0.3, "topic_free": 2, "refactors": 3, "spread": 0.5},
 }
 
 

@@ -37,6 +37,8 @@ DEVS = [
     ("Dee Evans", "dee@example.org"),
 ]
 STYLES = ["conventional", "plain", "terse", "ticket"]
+#: shared modules that ``spread`` puts features' functions in
+SHARED = ("pkg/common.py", "pkg/helpers.py")
 
 
 @dataclass
@@ -136,6 +138,7 @@ def make_repo(
     refactor: bool = True,
     topic_free: int = 0,
     refactors: int = 1,
+    spread: float = 0.0,
 ) -> RepoTruth:
     """Write a repository of about ``n_commits`` commits into the empty folder ``path``.
 
@@ -146,8 +149,14 @@ def make_repo(
     ``refactors`` > 1 interleaves more cross-feature refactors (a ``REVIEWED_<k> = True`` line in every
     existing module), evenly over the history; ``topic_free``: that many developers write
     messages that name neither the feature nor the function (signals that a message-only method
-    cannot use). The defaults reproduce the earlier generator exactly.
+    cannot use); ``spread`` = chance a growth commit puts its new function (and its test) in one
+    of the shared modules ``pkg/common.py`` / ``pkg/helpers.py`` (tests in
+    ``tests/test_common.py``) instead of the feature's own module, so that the files a commit
+    touches no longer name its feature and only the symbols it uses (``<topic>_fn0``), its message
+    and its time do. The defaults reproduce the earlier generator exactly.
     """
+    if not 0.0 <= spread <= 1.0:
+        raise ValueError(f"spread must be in [0, 1]; got {spread}")
     if topic_free < 0 or topic_free > len(DEVS):
         raise ValueError(f"topic_free must be in [0, {len(DEVS)}]; got {topic_free}")
     if refactors < 1:
@@ -249,18 +258,37 @@ def make_repo(
             truth.edges[(weak[k], k)] = "Weak"
             kind, detail = "touch", f"cross-reference {topics[weak[k]]}"
         else:
-            w.files[mod] += [
+            body = [
                 f"def {topic}_fn{step}(x):",
                 f"    return {topic}_fn0(x) * {step + 1}",
                 "",
             ]
+            # spread: the function lands in a shared module; drawn only when spread > 0 so that
+            # the defaults keep the earlier generator's random stream
+            home = None
+            if spread and rng.random() < spread:
+                home = SHARED[int(rng.integers(len(SHARED)))]
+            if home is None:
+                w.files[mod] += body
+            else:
+                name = home[len("pkg/") : -len(".py")]
+                w.files.setdefault(home, [f"# shared {name} module", ""])
+                w.files[home] += [f"from pkg.{topic} import {topic}_fn0  # noqa: E402", ""] + body
             if rng.random() < 0.7:
-                w.files[tests][0] += f", {topic}_fn{step}"
-                w.files[tests] += [
+                check = [
                     f"def test_{topic}_fn{step}():",
                     f"    assert {topic}_fn{step}(0) == {topic}_fn0(0) * {step + 1}",
                     "",
                 ]
+                if home is None:
+                    w.files[tests][0] += f", {topic}_fn{step}"
+                    w.files[tests] += check
+                else:
+                    shared_tests = w.files.setdefault("tests/test_common.py", [""])
+                    shared_tests += [
+                        f"from pkg.{name} import {topic}_fn{step}, {topic}_fn0  # noqa: E402",
+                        "",
+                    ] + check
             if rng.random() < shared:  # shared registry file: co-change across features
                 w.files["pkg/cli.py"].append(f"COMMANDS.append('{topic}_fn{step}')")
             others = [j for j in created if j != k]
