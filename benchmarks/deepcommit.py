@@ -11,6 +11,10 @@ Targets (issue 17): grouping 1,000 commits <= 30 s; reused worktree >= 2x faster
 generated repository, 64 new tokens, packaged SmolLM2, fp32, greedy) through one LocalChat in
 turn vs through ``core.chat.BatchingChat`` (what the claim's parallel trials do); reports process
 CPU seconds and wall seconds of each, and whether the replies are equal.
+(d) ``--continuous N``: N agent threads each make 3 calls in turn (sampled at T 0.7 with their own
+seeds, up to 128 new tokens, so reply lengths differ; a 0.3-0.9 s pause between calls stands
+for the agent's test run; ``--model`` picks the chat model) through ``BatchingChat`` with grouped batches vs continuous batching (requests
+join the running batch in free slots); process CPU and wall seconds, replies equal.
 """
 
 from __future__ import annotations
@@ -30,9 +34,18 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=1000)
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--batching", type=int, default=0, help="only part (c) with N threads")
+    ap.add_argument("--continuous", type=int, default=0, help="only part (d) with N threads")
+    ap.add_argument("--model", default=None, help="part (d)'s chat model (default: SmolLM2)")
+    ap.add_argument("--prompts", default=None,
+                    help="part (d): the claim's agent transcripts (OUT/deepcommit/small/agent), "
+                    "whose milestone prompts the agents send instead of the built-in toy ones")
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="part (d)'s reply budget")
     args = ap.parse_args()
     if args.batching:
         return batching(args.batching)
+    if args.continuous:
+        return continuous(args.continuous, model=args.model, prompts=args.prompts,
+                          max_new_tokens=args.max_new_tokens)
     from icml26.deepcommit.history import load_history
     from icml26.deepcommit.milestones import GroupConfig, group_from_signals, signal_matrices
     from icml26.deepcommit.synth import make_repo
@@ -116,6 +129,56 @@ def batching(n: int) -> None:
         f"| {n} agent calls (SmolLM2, 64 new tokens, greedy) | BatchingChat {c_bat:.1f} CPU-s, "
         f"{t_bat:.1f} s wall (batches {sizes}) | one at a time {c_seq:.1f} CPU-s, {t_seq:.1f} s "
         f"wall | {c_seq / c_bat:.2f}x CPU, {t_seq / t_bat:.2f}x wall; {same}/{n} replies equal |"
+    )
+
+
+def continuous(n: int, rounds: int = 3, model: str | None = None, prompts: str | None = None,
+               max_new_tokens: int = 128) -> None:
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from icml26.core.chat import BatchingChat, LocalChat
+    from icml26.deepcommit.agent import SYSTEM
+
+    chat = LocalChat(model, dtype="float32")
+    real = []
+    if prompts:  # the transcripts' prompts, in a fixed order
+        files = sorted(Path(prompts).rglob("*.json"))
+        real = [json.loads(f.read_text())["prompt"] for f in files][: n * rounds]
+        if len(real) < n * rounds:
+            raise SystemExit(f"{prompts}: {len(real)} transcripts, need {n * rounds}")
+
+    def agent(bc, i):
+        out = []
+        for r in range(rounds):
+            task = real[i * rounds + r] if real else (
+                f"TASK\n\nM{i}.{r}: add f{i}_{r}\n\nRequired behaviour\n\n- New file "
+                f"`pkg/m{i}.py`: `f{i}_{r}(x)` returns `x * {i + r + 2}`.\n\nNow write the "
+                "complete new content of every file that must change.")
+            msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
+            out.append(bc.chat(msgs, max_new_tokens=max_new_tokens, temperature=0.7,
+                               seed=1000 * i + r))
+            time.sleep(0.3 * (1 + i % 3))  # the agent's test run: 0.3-0.9 s
+        return out
+
+    chat.chat([{"role": "user", "content": "hi"}], max_new_tokens=4)  # warm up
+    res = {}
+    for mode in (False, True):
+        c0, t0 = time.process_time(), time.perf_counter()
+        with BatchingChat(chat, max_batch=n, window_s=0.2, continuous=mode) as bc, \
+                ThreadPoolExecutor(n) as pool:
+            replies = list(pool.map(lambda i, bc=bc: agent(bc, i), range(n)))
+            calls = list(bc.batches)
+        res[mode] = (time.process_time() - c0, time.perf_counter() - t0, replies, calls)
+    (cg, tg, rg, kg), (cc, tc, rc, kc) = res[False], res[True]
+    same = sum(a == b for x, y in zip(rg, rc, strict=True) for a, b in zip(x, y, strict=True))
+    chars = sum(len(a) for x in rc for a in x)
+    print(
+        f"| {n} agents x {rounds} calls ({model or 'SmolLM2'}, T 0.7, <= {max_new_tokens} new "
+        f"tokens, {'transcript' if real else 'toy'} prompts, {chars} reply chars) "
+        f"| continuous {cc:.1f} CPU-s, {tc:.1f} s wall ({len(kc)} calls) | grouped {cg:.1f} "
+        f"CPU-s, {tg:.1f} s wall ({len(kg)} calls) | {cg / cc:.2f}x CPU, {tg / tc:.2f}x wall; "
+        f"{same}/{n * rounds} replies equal |"
     )
 
 

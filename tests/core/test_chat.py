@@ -162,3 +162,88 @@ def test_local_chat_batch_takes_a_seed_per_chat():
     one = chat.chat(MSGS, max_new_tokens=6, temperature=1.0, seed=11)
     both = chat.chat_batch([MSGS, MSGS], max_new_tokens=6, temperature=1.0, seed=[11, 11])
     assert both == [one, one]
+
+
+class _Streamer:
+    """A chat_stream model: each request "decodes" max_new_tokens steps of 2 ms in a batch of
+    batch_size slots, refilled from feed as slots free up; the reply names request, seed, budget
+    and settings. Records the most requests live at once and the requests each feed returned."""
+
+    def __init__(self, fail_on: str | None = None):
+        self.live_max, self.fed, self.calls = 0, [], 0
+        self.fail_on = fail_on
+
+    def chat_stream(self, requests, feed, on_reply, *, temperature, stop, batch_size):
+        import time
+
+        self.calls += 1
+        reqs = list(requests)
+        live = {}  # index -> steps left
+        nxt = 0
+        while True:
+            while nxt < len(reqs) and len(live) < batch_size:
+                live[nxt] = reqs[nxt][1]
+                nxt += 1
+            if len(live) < batch_size:
+                new = feed(batch_size - len(live))
+                self.fed.append(len(new))
+                reqs += new
+                while nxt < len(reqs) and len(live) < batch_size:
+                    live[nxt] = reqs[nxt][1]
+                    nxt += 1
+            if not live:
+                return
+            self.live_max = max(self.live_max, len(live))
+            time.sleep(0.002)
+            for i in list(live):
+                live[i] -= 1
+                if live[i] == 0:
+                    del live[i]
+                    user = reqs[i][0][-1]["content"]
+                    if user == self.fail_on:
+                        raise RuntimeError("model failed")
+                    on_reply(i, f"{user}|{reqs[i][2]}|{reqs[i][1]}|{temperature}|{stop}")
+
+
+def test_continuous_batching_chat_feeds_arrivals_into_the_running_call():
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from icml26.core.chat import BatchingChat
+
+    inner = _Streamer()
+    with BatchingChat(inner, max_batch=4, window_s=0.01, continuous=True) as chat:
+
+        def ask(i):
+            time.sleep(0.01 * i)  # staggered arrivals
+            n = 5 + 20 * (i % 2)  # short and long budgets share one call
+            t = 0.0 if i != 7 else 0.5  # one request with other settings waits for its own call
+            return chat.chat([{"role": "user", "content": f"q{i}"}], max_new_tokens=n,
+                             seed=100 + i, temperature=t, stop=["\n"] if i else None)
+
+        with ThreadPoolExecutor(10) as pool:
+            out = list(pool.map(ask, range(10)))
+    nl = ["\n"]
+    want = [f"q{i}|{100 + i}|{5 + 20 * (i % 2)}|{0.5 if i == 7 else 0.0}|{nl if i else []}"
+            for i in range(10)]
+    assert out == want
+    assert sum(chat.batches) == 10 and len(chat.batches) < 10  # requests shared calls
+    assert any(inner.fed) and inner.live_max <= 4  # later arrivals joined a running call
+    # an error reaches every caller the call had not answered, and the server goes on
+    with BatchingChat(_Streamer(fail_on="bad"), continuous=True) as chat:
+        with pytest.raises(RuntimeError, match="model failed"):
+            chat.chat([{"role": "user", "content": "bad"}])
+        assert chat.chat([{"role": "user", "content": "ok"}], seed=3) == "ok|3|256|0.0|[]"
+    with pytest.raises(UserError, match="chat_stream"):
+        BatchingChat(_Recorder(), continuous=True)
+
+
+def test_local_chat_stream_matches_chat():
+    """LocalChat.chat_stream: a request fed later gets the reply chat() gives it alone."""
+    chat = LocalChat(dtype="float32")
+    alone = chat.chat(MSGS, max_new_tokens=8, temperature=1.0, seed=11)
+    got, pending = {}, [(MSGS, 8, 11)]
+    chat.chat_stream([([{"role": "user", "content": "hello"}], 3, 0)],
+                     lambda k: [pending.pop()] if pending else [],
+                     lambda i, text: got.setdefault(i, text), temperature=1.0, batch_size=1)
+    assert set(got) == {0, 1} and got[1] == alone

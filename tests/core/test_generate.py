@@ -183,3 +183,47 @@ def test_prompt_longer_than_the_context(tiny):
         generate(model, tok, ["a", "b" * 600], max_new_tokens=2)
     with pytest.raises(UserError, match="prompt 0 is empty"):
         generate(model, tok, [[]], max_new_tokens=2)
+
+
+@pytest.mark.parametrize("prefix", [None, "auto"])
+def test_fed_requests_join_the_running_batch(tiny, prefix):
+    """Continuous batching: requests fed while rows decode get the same tokens and log-probs as
+    when given up front (float64: exact), keep their own seeds and limits, and can need a
+    longer cache than the first prompts (the cache grows)."""
+    model, tok = tiny
+    system = "SYSTEM: be nice. "
+    first = [system + p for p in PROMPTS[:2]]
+    later = [(system + p, 6 + k, 40 + k) for k, p in enumerate(PROMPTS[2:])]
+    later.append((system + "a much longer prompt than any of the first two, " * 3, 20, 99))
+    kw = dict(temperature=1.0, logprobs=True, eos_token_ids=EOS, prefix=prefix)
+    ref = generate(model, tok, first + [p for p, _, _ in later], batch_size=3,
+                   max_new_tokens=[5, 5] + [m for _, m, _ in later],
+                   seed=[1, 2] + [s for _, _, s in later], **kw)
+    calls, done, pending = [], [], list(later)
+
+    def feed(k):
+        calls.append(k)
+        out, pending[:] = pending[:1], pending[1:]  # one request per call: arrivals spread out
+        return out
+
+    out = generate(model, tok, first, batch_size=3, max_new_tokens=5, seed=[1, 2], feed=feed,
+                   on_finish=lambda i, g: done.append(i), **kw)
+    assert len(out) == len(ref) == 2 + len(later) and sorted(done) == list(range(len(out)))
+    assert done != sorted(done)  # fed requests finished while others ran
+    for g, r, (p, m, _) in zip(out[2:], ref[2:], later, strict=True):
+        assert g.token_ids == r.token_ids and len(g.token_ids) <= m
+        ids = tok(p)["input_ids"]
+        assert g.logprobs == pytest.approx(_ref_logprobs(model, ids, g.token_ids), abs=1e-9)
+    assert [g.token_ids for g in out[:2]] == [g.token_ids for g in ref[:2]]
+    if prefix == "auto":  # fed prompts reuse the prefix found in the first ones
+        assert all(g.computed < g.prompt_tokens for g in out[2:])
+    assert all(1 <= k <= 3 for k in calls) and calls[-1] >= 1  # asked only with free slots
+    # nothing up front: the call starts from the feed alone, and a bad request names itself
+    once = [("xyz", 3, 0)]
+    got = generate(model, tok, [], max_new_tokens=3, feed=lambda k: once[:k] and [once.pop()],
+                   eos_token_ids=())
+    assert len(got) == 1 and len(got[0].token_ids) == 3
+    with pytest.raises(UserError, match="expected \\(prompt, max_new_tokens, seed\\)"):
+        generate(model, tok, ["a"], max_new_tokens=3, feed=lambda k: ["oops"])
+    with pytest.raises(UserError, match="max_new_tokens must be"):
+        generate(model, tok, ["a"], max_new_tokens=3, feed=lambda k: [("b", 0, 0)])

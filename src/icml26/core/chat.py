@@ -127,23 +127,61 @@ class LocalChat:
                        stop=list(stop or ()), batch_size=batch_size)
         return [g.text for g in out]
 
+    def chat_stream(self, requests, feed, on_reply, *, temperature=0.0, stop=None,
+                    batch_size: int = 16) -> None:
+        """Continuous batching: answer ``requests`` (``(messages, max_new_tokens, seed)``) and
+        every request ``feed(k)`` returns while the batch runs (up to ``k``, the free slots);
+        ``on_reply(i, text)`` as soon as request ``i`` is done (``i`` counts the requests given,
+        then those fed, in order). Returns once nothing is live and ``feed`` has nothing."""
+        from icml26.core.generate import generate
+
+        def enc(r):
+            return self.prompt_ids(r[0])[0].tolist(), int(r[1]), int(r[2])
+
+        first = [enc(r) for r in requests]
+        if not first:
+            raise UserError("chat_stream needs at least one request to start")
+        generate(self.model, self.tokenizer, [f[0] for f in first],
+                 max_new_tokens=[f[1] for f in first], seed=[f[2] for f in first],
+                 temperature=float(temperature), stop=list(stop or ()), batch_size=batch_size,
+                 feed=lambda k: [enc(r) for r in feed(k)],
+                 on_finish=lambda i, g: on_reply(i, g.text))
+
 
 class BatchingChat:
     """Serve ``chat`` calls from many threads with one model, batched.
 
     Callers (agents run in threads, e.g. one EvoClaw trial per thread) call :meth:`chat` as on any
     :class:`ChatModel`; a worker thread gathers requests that arrive within ``window_s`` of each
-    other (up to ``max_batch``), groups those with equal ``max_new_tokens``, ``temperature`` and
-    ``stop``, and answers each group with one ``inner.chat_batch`` call (each request keeps its
-    own seed; ``inner`` without ``chat_batch`` is called one request at a time). A batched reply
-    can differ from the unbatched one by float rounding in padded batches. An exception in the
-    inner call is raised in every caller of that group. Use as a context manager, or call
-    :meth:`close`.
+    other (up to ``max_batch``).
+
+    - by default, groups with equal ``max_new_tokens``, ``temperature`` and ``stop`` are
+      answered by one ``inner.chat_batch`` call each (``inner`` without ``chat_batch`` is called
+      one request at a time);
+    - ``continuous=True`` (``inner`` with ``chat_stream``, as :class:`LocalChat`): one
+      ``chat_stream`` call of ``max_batch`` slots answers the gathered requests with the first
+      one's ``temperature`` and ``stop``, and requests that arrive while it runs join in free
+      slots (any ``max_new_tokens``), so nobody waits for a batch's longest reply; requests with
+      other settings wait for the next call. On this project's CPU it saves nothing (a decode
+      step's cost grows with its live rows and grouped batches are repacked onto them:
+      benchmarks/RESULTS.md); it is meant for accelerators, where a step of 1 or 16 rows costs
+      about the same.
+
+    Each request keeps its own seed. A batched reply can differ from the unbatched one by float
+    rounding in padded batches. An exception in the inner call is raised in every caller it had
+    not answered yet. ``batches`` lists the number of requests each inner call answered. Use as
+    a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, inner: ChatModel, max_batch: int = 16, window_s: float = 0.05):
+    def __init__(self, inner: ChatModel, max_batch: int = 16, window_s: float = 0.05,
+                 continuous: bool = False):
         self.inner, self.max_batch, self.window_s = inner, int(max_batch), float(window_s)
+        self.continuous = bool(continuous)
+        if self.continuous and not hasattr(inner, "chat_stream"):
+            raise UserError(f"continuous batching needs a model with chat_stream; "
+                            f"{type(inner).__name__} has none")
         self.batches: list[int] = []  # sizes of the inner calls, for reports and tests
+        self._held: list = []  # requests set aside for a call with their own settings
         self._q: queue.Queue = queue.Queue()
         self._worker = threading.Thread(target=self._serve, daemon=True)
         self._worker.start()
@@ -159,7 +197,7 @@ class BatchingChat:
 
     def _serve(self) -> None:
         while True:
-            first = self._q.get()
+            first = self._held.pop(0) if self._held else self._q.get()
             if first is None:
                 return
             reqs = [first]
@@ -172,6 +210,9 @@ class BatchingChat:
                     self._q.put(None)
                     break
                 reqs.append(nxt)
+            if self.continuous:
+                self._stream(reqs)
+                continue
             groups: dict = {}
             for r in reqs:
                 groups.setdefault(r[1], []).append(r)
@@ -192,6 +233,48 @@ class BatchingChat:
                         r[4]["error"] = exc
                 for r in group:
                     r[3].set()
+
+    def _stream(self, reqs: list) -> None:
+        """One ``chat_stream`` call for the requests sharing the first one's sampling settings,
+        fed with later arrivals of the same settings while it runs."""
+        key = reqs[0][1][1:]  # (temperature, stop); max_new_tokens may differ per request
+        admitted = [r for r in reqs if r[1][1:] == key]
+        self._held.extend(r for r in reqs if r[1][1:] != key)
+        closing = False
+
+        def feed(k: int) -> list:
+            nonlocal closing
+            out = []
+            while len(out) < k and not closing:
+                try:
+                    r = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if r is None:
+                    closing = True
+                elif r[1][1:] == key:
+                    out.append(r)
+                else:
+                    self._held.append(r)
+            admitted.extend(out)
+            return [(r[0], r[1][0], r[2]) for r in out]
+
+        def on_reply(i: int, text: str) -> None:
+            admitted[i][4]["reply"] = text
+            admitted[i][3].set()
+
+        try:
+            self.inner.chat_stream([(r[0], r[1][0], r[2]) for r in admitted], feed, on_reply,
+                                   temperature=key[0], stop=list(key[1]),
+                                   batch_size=self.max_batch)
+            self.batches.append(len(admitted))
+        except Exception as exc:  # noqa: BLE001 - handed to every caller not yet answered
+            for r in admitted:
+                if not r[3].is_set():
+                    r[4]["error"] = exc
+                    r[3].set()
+        if closing:
+            self._q.put(None)
 
     def close(self) -> None:
         self._q.put(None)

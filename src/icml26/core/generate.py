@@ -14,6 +14,8 @@ architecture with a standard attention cache work unchanged) on a cache of its o
 - **Continuous refill.** ``batch_size`` slots are fed from the prompt queue; a finished row's
   slot takes the next prompt (prefilled in a group, left-padded, with per-row position ids), and
   once the queue is empty the batch is repacked onto its live rows whenever half are idle.
+  With ``feed``, prompts that arrive while the batch runs join it in free slots (continuous
+  batching across callers; ``BatchingChat(continuous=True)`` in :mod:`icml26.core.chat`).
 - **Prompt-prefix reuse.** A shared prefix (``prefix="auto"``, the default: the longest common
   token prefix of the prompts; or a string / ids prepended to each prompt) is prefilled once and its K/V
   copied into each row; a :class:`PromptCache` passed as ``prefix`` keeps prompts' K/V between
@@ -172,6 +174,18 @@ class SlotCache(_cache_base()):
         return [(k[slot, :, :n].clone(), v[slot, :, :n].clone()) for k, v in zip(self.K, self.V,
                                                                                strict=True)]
 
+    def grow(self, t_max: int) -> None:
+        """Make room for rows of up to ``t_max`` tokens (a no-op when there is); the live
+        columns are copied, the scratch column moves to the new end."""
+        if t_max <= self.t_max:
+            return
+        for buf in (self.K, self.V):
+            for i, old in enumerate(buf):
+                new = old.new_zeros((*old.shape[:2], t_max + 1, old.shape[-1]))
+                new[:, :, : self.t_max] = old[:, :, : self.t_max]
+                buf[i] = new
+        self.t_max = t_max
+
     def repack(self, idx: torch.Tensor) -> None:
         """Keep only slots ``idx``, in that order."""
         self.K = [k[idx].contiguous() for k in self.K]
@@ -322,6 +336,7 @@ def generate(
     on_token: Callable | None = None,
     on_finish: Callable | None = None,
     before_forward: Callable | None = None,
+    feed: Callable[[int], Sequence] | None = None,
 ) -> list[Generation]:
     """Answer every prompt (in order) with a :class:`Generation`; see the module docstring.
 
@@ -357,6 +372,14 @@ def generate(
     on_finish : ``on_finish(i, generation)`` as soon as prompt ``i`` is done.
     before_forward : ``before_forward(rows)`` before every model forward; ``rows[b]`` is the
         prompt index held by batch row ``b`` (-1: an idle row, or a shared-prefix prefill).
+    feed : continuous batching. ``feed(k)`` is called whenever ``k >= 1`` slots are free and no
+        given prompt waits; it returns up to ``k`` new requests ``(prompt, max_new_tokens,
+        seed)``, which join the running batch as prompts ``n, n + 1, ...`` (in the order fed;
+        ``on_finish`` reports them, and they end the returned list). The call returns once no row
+        is live and ``feed`` has nothing; ``prompts`` may then be empty. ``batch_size`` slots are
+        kept (no repacking) and the cache grows when a fed request needs more columns; the
+        sampling settings (``temperature``, ``top_p``, ``stop``, ``until``, ``logprobs``) are
+        the call's, and the shared prefix (``"auto"``) is the one found in ``prompts``.
     """
     per_max = None if isinstance(max_new_tokens, int) else [int(m) for m in max_new_tokens]
     for m in per_max or [max_new_tokens]:
@@ -368,7 +391,7 @@ def generate(
         raise UserError("stop strings and until need a tokenizer")
     prompts = list(prompts)
     n = len(prompts)
-    if n == 0:
+    if n == 0 and feed is None:
         return []
     store = None
     pre: list[int] = []
@@ -384,12 +407,16 @@ def generate(
         pre = encode_prompt(tokenizer, prefix)
         ids = [pre + encode_prompt(tokenizer, p, special=False) for p in prompts]
     ctx = _context(model)
-    for i, x in enumerate(ids):
+
+    def check(i: int, x: list[int]) -> None:
         if not x:
             raise UserError(f"prompt {i} is empty (no tokens)")
         if ctx is not None and len(x) >= ctx:
             raise UserError(f"prompt {i} has {len(x)} tokens; the model's context is {ctx} "
                             "tokens (shorten the prompt)")
+
+    for i, x in enumerate(ids):
+        check(i, x)
     eos = eos_ids(model, tokenizer) if eos_token_ids is None else {int(e) for e in eos_token_ids}
     gens = _row_generators(seed, n) if temperature > 0 and sampler is None else None
     if per_max is not None and len(per_max) != n:
@@ -398,8 +425,8 @@ def generate(
     limit = [m if ctx is None else min(m, ctx - len(x)) for m, x in zip(limit, ids, strict=True)]
     p0 = next(model.parameters())
     device = p0.device
-    S = min(batch_size, n)
-    t_max = max(len(x) + m for x, m in zip(ids, limit, strict=True))
+    S = batch_size if feed is not None else min(batch_size, n)
+    t_max = max((len(x) + m for x, m in zip(ids, limit, strict=True)), default=1)
     import inspect
 
     params = inspect.signature(model.forward).parameters
@@ -498,8 +525,40 @@ def generate(
                 finish(i, reason, text)
                 row_of[s] = -1
 
+    def admit(new: Sequence) -> None:
+        """Append fed requests as prompts ``len(ids), ...`` and queue them in order."""
+        first = len(ids)
+        for j, req in enumerate(new):
+            try:
+                prompt, m, sd = req
+            except (TypeError, ValueError):
+                raise UserError(f"feed returned {req!r}; expected (prompt, max_new_tokens, "
+                                "seed)") from None
+            _validate(m, temperature, top_p, batch_size)
+            if isinstance(prefix, (str, list, tuple)) and prefix != "auto":
+                x = pre + encode_prompt(tokenizer, prompt, special=False)
+            else:
+                x = encode_prompt(tokenizer, prompt)
+            check(first + j, x)
+            ids.append(x)
+            limit.append(m if ctx is None else min(m, ctx - len(x)))
+            toks.append([])
+            lps.append([])
+            computed.append(0)
+            results.append(None)
+            if gens is not None:
+                gens.extend(_row_generators([int(sd)], 1))
+            cache.grow(len(x) + limit[-1])
+        queue[:0] = list(range(first, len(ids)))[::-1]
+
     try:
-        while queue or any(r >= 0 for r in row_of):
+        while True:
+            if feed is not None and not queue:
+                k = sum(r < 0 for r in row_of)
+                if k:
+                    admit(list(feed(k))[:k])
+            if not queue and not any(r >= 0 for r in row_of):
+                break
             free = [s for s, r in enumerate(row_of) if r < 0]
             live = len(row_of) - len(free)
             if queue and free and (len(free) >= min(every, len(queue)) or live == 0):
@@ -548,7 +607,7 @@ def generate(
                 slots = [s for s, r in enumerate(row_of) if r >= 0]
                 take(slots, logits[torch.tensor(slots, device=device)])
             n_live = sum(r >= 0 for r in row_of)
-            if not queue and 0 < n_live <= len(row_of) // 2:  # drain: repack onto live rows
+            if feed is None and not queue and 0 < n_live <= len(row_of) // 2:  # drain: repack
                 idx = [s for s, r in enumerate(row_of) if r >= 0]
                 cache.repack(torch.tensor(idx, device=device))
                 row_of = [row_of[s] for s in idx]
