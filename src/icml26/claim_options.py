@@ -262,7 +262,7 @@ ALGOSTEER = (
 
 DEEPCOMMIT = (
     _count("n_commits", "commits per generated repository (12/60/60)"),
-    _count("n_dags", "generated DAGs of the agent trials and the scripted-agent check (1/5/10)"),
+    _count("n_dags", "generated DAGs of the agent trials and the scripted-agent check (1/10/10)"),
     Opt("generator", "choice", "generated histories: standard, or hard (half of the growth commits "
         "in shared modules, more shared-file co-change, two topic-free authors, three "
         "interleaved refactors) (standard)",

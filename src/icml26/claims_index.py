@@ -350,8 +350,8 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # docs/deepcommit.md: tiny ~60 s under load (one process)
-            "small": 36,  # measured 2026-12-07 (docs/deepcommit.md): 2,166 CPU-s -- recovery and
-                          # scripted trials ~6, 20 Qwen2.5-Coder-0.5B agent trials ~30 CPU-min
+            "small": 71,  # measured 2026-12-07 (docs/deepcommit.md): 4,232 CPU-s at 10 DAGs --
+                          # recovery and scripted trials ~6-10, 40 Qwen2.5-Coder-0.5B agent trials
         },
     ),
     Claim(

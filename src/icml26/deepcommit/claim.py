@@ -201,7 +201,7 @@ def run(ctx: RunContext) -> Result:
             found = {e: s for e, s in dag.edges.items() if set(e) <= graded}
             edge_rows.append(edge_scores(truth.edges, found, mapping))
         fig = _figure(ctx.out_dir, ari, test[0], lite(test[0]))
-        n_dags = int(ctx.options.get("n_dags", ctx.pick(tiny=1, small=5, full=10)))
+        n_dags = int(ctx.options.get("n_dags", ctx.pick(tiny=1, small=10, full=10)))
         qs = ctx.pick(tiny=[0.8], small=[0.6, 0.8, 0.95], full=[0.6, 0.8, 0.95])
         runs = ctx.pick(tiny=1, small=2, full=3)
         specs = _specs(test[:n_dags], lite, runs, ctx)
