@@ -136,18 +136,21 @@ def solve_dual(
     sd = an.std(1, unbiased=False).clamp_min(torch.finfo(torch.float64).tiny)
     start = (sd / math.sqrt(2.0 * delta)).log()
     u = start.clamp(min=lo, max=hi) if bisect == 0 else 0.5 * (lo + hi)
+    log_delta = math.log(delta)
     for _ in range(iters):
-        z = an / u.exp().unsqueeze(1)
-        logw = z - torch.logsumexp(z, dim=1, keepdim=True)
-        w = logw.exp()
-        kl = (w * logw).sum(1) + logg
-        lo = torch.where(kl > delta, u, lo)  # KL too large -> the root is above u
-        hi = torch.where(kl > delta, hi, u)
+        z = an * torch.exp(-u).unsqueeze(1)
+        lse = torch.logsumexp(z, dim=1)
+        w = torch.exp(z - lse.unsqueeze(1))
         ez = (w * z).sum(1)
-        var = (w * (z - ez.unsqueeze(1)) ** 2).sum(1)
+        kl = ez - lse + logg  # sum w log w + log G, with log w = z - lse (fewer kernels)
+        binding = kl > delta  # KL too large -> the root is above u
+        lo = torch.where(binding, u, lo)
+        hi = torch.where(binding, hi, u)
+        d = z - ez.unsqueeze(1)
+        var = (w * d * d).sum(1)
         # Newton on log KL: (log KL)' = -var / KL
-        step = (kl.clamp_min(1e-300).log() - math.log(delta)) * kl / var.clamp_min(1e-300)
-        step = torch.where(torch.isfinite(step), step.clamp(-damp, damp), torch.zeros_like(step))
+        step = (kl.clamp_min(1e-300).log() - log_delta) * kl / var.clamp_min(1e-300)
+        step = torch.nan_to_num(step, nan=0.0, posinf=0.0, neginf=0.0).clamp_(-damp, damp)
         nxt = u + step
         inside = (nxt >= lo) & (nxt <= hi)  # inclusive: a converged u sits on a bracket end
         u = torch.where(inside, nxt, 0.5 * (lo + hi))
