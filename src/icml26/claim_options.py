@@ -263,10 +263,13 @@ ALGOSTEER = (
 DEEPCOMMIT = (
     _count("n_commits", "commits per generated repository (12/60/60)"),
     _count("n_dags", "generated DAGs of the agent trials and the scripted-agent check (1/10/10)"),
-    Opt("generator", "choice", "generated histories: standard, or hard (half of the growth commits "
-        "in shared modules, more shared-file co-change, two topic-free authors, three "
-        "interleaved refactors) (standard)",
+    Opt("generator", "choice", "the milestone-recovery row's generated histories: hard (half of "
+        "the growth commits in shared modules, more shared-file co-change, two topic-free "
+        "authors, three interleaved refactors: no single signal suffices) or standard (hard)",
         choices=("standard", "hard")),
+    Opt("agent_generator", "choice", "the histories whose DeepCommit-lite DAGs the scripted and "
+        "LLM agents implement: standard (each feature owns its module, so milestones are clean "
+        "tasks) or hard (standard)", choices=("standard", "hard")),
     Opt("agent", "choice", "llm: an LLM command agent is the headline (continuous / isolated); "
         "none: milestone recovery is the headline (llm)", choices=("llm", "none")),
     Opt("agent_model", "str", "the agent's LM: a zoo name, an HF folder, a .gguf or an "
