@@ -134,15 +134,30 @@ def test_smollm2_loads_with_known_size_and_greedy_continuation():
 
 @pytest.mark.slow
 def test_corrupt_cache_is_rebuilt(tmp_path, monkeypatch):
+    """A cache whose weights were truncated is detected and rebuilt by the real GGUF conversion.
+    The first (intact) cache is written by a stand-in builder, so only one real build runs."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    real = lm._build_gguf_cache
+
+    def stand_in(src, folder):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"\1" * 4096)
+        write_manifest(folder)
+
+    monkeypatch.setattr(lm, "_build_gguf_cache", stand_in)
     folder = lm.resolve_model_folder(None)
     weights = folder / "model.safetensors"
-    size = weights.stat().st_size
+    assert verify_manifest(folder) and weights.stat().st_size == 4096
+    assert lm.resolve_model_folder(None) == folder  # intact: reused, not rebuilt
     with open(weights, "r+b") as f:
-        f.truncate(size // 2)
+        f.truncate(2048)
     assert not verify_manifest(folder)
+    monkeypatch.setattr(lm, "_build_gguf_cache", real)
     again = lm.resolve_model_folder(None)
-    assert again == folder and weights.stat().st_size == size and verify_manifest(folder)
+    assert again == folder and verify_manifest(folder)
+    assert weights.stat().st_size > 100e6  # the real dense SmolLM2 weights (float32)
+    assert (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
 
 
 def test_concurrent_cache_builds_do_not_collide(tmp_path, monkeypatch):
