@@ -461,12 +461,11 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 1.0,  # estimate: tiny_llama, 10 CWEs, 16 OOD CVEs, MiniLM
-            # issue-38 design (Qwen2.5-Coder-0.5B + LoRA, 5 seeds x A/B/Atok, 100 training CVEs,
-            # rank on 40 OOD CVEs every seed): an estimate from a 2026-12-07 probe, fp32, one
-            # thread: LoRA SFT 42 tok/CPU-s (A 64 / B 100 CPU-s per 32 records), rank mode
-            # 8.75 CPU-s per CVE (50 labels) -> ~37 CPU-min per seed + seed 0's generations,
-            # MCQ and the base rows; two workers (--opt units=...) halve the wall time
-            "small": 210,
+            # docs/cyberpal.md, measured 2026-12-07: Qwen2.5-Coder-0.5B + LoRA, 5 seeds x
+            # A/B/Atok, rank mode on 40 OOD CVEs every seed, seed 0's generations, MCQ and the
+            # base rows: ~4.3 core-hours on the loaded 2-core box (fp32, one thread per worker,
+            # three workers + a 375 s merge); rank mode 11-16 CPU-s per CVE
+            "small": 260,
         },
     ),
     Claim(
