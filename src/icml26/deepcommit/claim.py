@@ -214,7 +214,6 @@ def run(ctx: RunContext) -> Result:
                 s: _prepare(Path(tmp) / "agent", s, n_commits, generator=agent_generator)
                 for s in ctx.progress.track(a_seeds, len(a_seeds), "generate agent repositories")
             }
-            cands = [_cluster(c) for c in _configs(all_sets)]
             agent_lite, _ = _tune([a_data[s] for s in tune_seeds], ctx.progress.track(
                 cands, len(cands), "tune DeepCommit-lite (agent repositories)"))
             agent_test = [a_data[s] for s in test_seeds[:n_dags]]
