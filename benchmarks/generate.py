@@ -7,6 +7,12 @@ Run: ``.venv/bin/python benchmarks/generate.py [--models smollm2,qwen] [--prompt
 - batch 16: ``core.generate(batch_size=16)`` vs one left-padded HF ``generate`` over the 16;
 - batch 1: the first ``--batch1`` prompts one at a time through each.
 
+``--ragged N`` instead compares ``core.generate`` with itself, ``ragged=False`` (every decode
+step reads the longest live row's window) vs ``ragged=True`` (decode attention per bucket of
+similar lengths), on the TIE population's first ``--prompts`` prompts sampled at T = 0.7 with
+``max_new_tokens = N`` and ``--batch`` slots (a long-tailed length mix: most rows stop early, a few
+run long).
+
 Reports generated tokens (EOS included, padding excluded) per wall second and per CPU second
 (``time.process_time``, all threads) in the best of ``--rounds`` runs (ABBA order, for a shared
 machine), how many prompts got identical tokens from both, and the process's peak RSS after each
@@ -120,6 +126,35 @@ def bench(key: str, dtype, n: int, new: int, n1: int, rounds: int = 2) -> list[s
     return rows
 
 
+def bench_ragged(key: str, dtype, n: int, cap: int, batch: int, rounds: int) -> list[str]:
+    """ragged=False vs ragged=True on the TIE population's prompts, T = 0.7, ABBA rounds."""
+    from icml26.tie.prompts import population_prompts
+
+    name, label = MODELS[key]
+    model, tok = load_lm(name, dtype=dtype)
+    chats_ = [[{"role": "user", "content": p}] for _, p in population_prompts(max(n, 8))[:n]]
+    generate(model, tok, chats_[:2], max_new_tokens=4)  # warm-up
+    best, toks = {}, {}
+    for r in range(rounds):
+        for rag in ((False, True) if r % 2 == 0 else (True, False)):
+            res, w, c = timed(lambda rag=rag: generate(
+                model, tok, chats_, max_new_tokens=cap, temperature=0.7, batch_size=batch,
+                seed=list(range(n)), ragged=rag))
+            k = sum(len(g.token_ids) for g in res)
+            best[rag] = max(best.get(rag, (0.0, 0.0)), (k / w, k / c))
+            toks[rag] = [g.token_ids for g in res]
+    same = sum(a == b for a, b in zip(toks[False], toks[True], strict=True))
+    lengths = sorted(len(t) for t in toks[True])
+    (fw, fc), (rw, rc) = best[False], best[True]
+    row = (f"| {label} {str(dtype).removeprefix('torch.')}, batch {batch}, {n} TIE prompts, "
+           f"T 0.7, <= {cap} new (lengths median {lengths[len(lengths) // 2]}, max {lengths[-1]}) | "
+           f"{rc:.1f} tok/CPU-s ({rw:.1f} tok/s) | {fc:.1f} tok/CPU-s ({fw:.1f} tok/s) | "
+           f"{rc / fc:.2f}x | {same}/{n} identical; best of {rounds}; load "
+           f"{os.getloadavg()[0]:.1f} |")
+    print(row, flush=True)
+    return [row]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm2,qwen")
@@ -128,8 +163,17 @@ def main() -> None:
     ap.add_argument("--batch1", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2, help="ABBA rounds; the best of each counts")
     ap.add_argument("--dtype", default="fp32", help="fp32, bf16, or auto (the policy)")
+    ap.add_argument("--ragged", type=int, default=0, metavar="N",
+                    help="compare ragged=False/True at <= N new tokens instead of HF")
+    ap.add_argument("--batch", type=int, default=32, help="slots for --ragged")
     a = ap.parse_args()
     dtype = resolve_dtype(a.dtype, "cpu")
+    if a.ragged:
+        print("| model, dtype, workload | ragged=True | ragged=False | ratio | notes |")
+        print("|---|---|---|---|---|")
+        for key in a.models.split(","):
+            bench_ragged(key.strip(), dtype, a.prompts, a.ragged, a.batch, a.rounds)
+        return
     print(f"threads {torch.get_num_threads()}, native bf16: {resolve_dtype(None, 'cpu')}, "
           f"load {os.getloadavg()[0]:.1f}")
     print("| model, dtype, batch | core.generate | HF generate | ratio | notes |")

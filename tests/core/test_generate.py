@@ -227,3 +227,108 @@ def test_fed_requests_join_the_running_batch(tiny, prefix):
         generate(model, tok, ["a"], max_new_tokens=3, feed=lambda k: ["oops"])
     with pytest.raises(UserError, match="max_new_tokens must be"):
         generate(model, tok, ["a"], max_new_tokens=3, feed=lambda k: [("b", 0, 0)])
+
+
+# ---- ragged decode attention ----------------------------------------------------------------
+
+def test_ragged_plan_buckets_by_power_of_two():
+    from icml26.core.generate import ragged_plan
+
+    need = torch.tensor([3, 40, 129, 130, 300, 1000, 17, 600])
+    plan = ragged_plan(need, 1000, min_window=64, max_cost=1.0)
+    rows = sorted(int(r) for idx, _ in plan for r in idx)
+    assert rows == list(range(len(need)))  # every row in exactly one bucket
+    for idx, w in plan:
+        assert all(int(need[r]) <= w for r in idx)  # a bucket reads every column its rows need
+        assert w == 1000 or w & (w - 1) == 0  # powers of two, the window for the longest
+    assert {w for _, w in plan} == {64, 256, 512, 1000}
+    # brute force: the bucket is the smallest admissible level for each row
+    for idx, w in plan:
+        for r in idx:
+            n = max(int(need[r]), 64)
+            assert w == min(1000, 1 << (n - 1).bit_length())
+    # not worth it: one bucket, a short window, or too little saved
+    assert ragged_plan(torch.tensor([900, 1000]), 1000, min_window=64) is None
+    assert ragged_plan(torch.tensor([3, 100]), 100, min_window=64) is None
+    assert ragged_plan(torch.tensor([3, 1000]), 1000, min_window=64, max_cost=0.5) is None
+    assert ragged_plan(torch.tensor([3, 1000]), 1000, min_window=64, max_cost=0.6) is not None
+    with pytest.raises(ValueError, match="needs 1001"):
+        ragged_plan(torch.tensor([3, 1001]), 1000, min_window=64)
+
+
+def _spy_ragged(monkeypatch):
+    """Small buckets for tiny prompts; count the decode steps that ran per bucket."""
+    from transformers import AttentionInterface
+
+    import icml26.core.generate as G
+
+    monkeypatch.setattr(G, "_RAGGED_MIN_WINDOW", 4)
+    seen = []
+    real = G._ragged_attention
+
+    def spy(module, query, *args, **kw):
+        plan = G._RAGGED_PLAN.get()
+        if plan is not None and query.shape[2] == 1:
+            seen.append(len(plan))
+        return real(module, query, *args, **kw)
+
+    AttentionInterface.register(G.RAGGED_ATTENTION, spy)
+    yield seen
+    AttentionInterface.register(G.RAGGED_ATTENTION, real)
+
+
+@pytest.fixture
+def ragged_spy(monkeypatch):
+    yield from _spy_ragged(monkeypatch)
+
+
+def test_ragged_decode_equals_a_full_forward_and_the_single_window(tiny, ragged_spy):
+    """Rows of very different lengths (one runs long), float64: the per-bucket attention gives
+    the full forward's log-probs and exactly the single-window run's tokens."""
+    model, tok = tiny
+    prompts = PROMPTS + ["x" * 40]
+    lims = [3, 60, 5, 45, 7, 9, 30]
+    kw = dict(max_new_tokens=lims, batch_size=4, temperature=1.0, logprobs=True,
+              eos_token_ids=(), seed=2)
+    a = generate(model, tok, prompts, ragged=False, **kw)
+    assert not ragged_spy
+    b = generate(model, tok, prompts, **kw)
+    assert ragged_spy and max(ragged_spy) >= 2  # the bucketed path ran, with several buckets
+    assert model.config._attn_implementation == "sdpa"  # switched back
+    for p, x, y in zip(prompts, a, b, strict=True):
+        assert x.token_ids == y.token_ids
+        assert y.logprobs == pytest.approx(x.logprobs, abs=1e-12)
+        assert y.logprobs == pytest.approx(_ref_logprobs(model, tok(p)["input_ids"], y.token_ids),
+                                           abs=1e-9)
+
+
+def test_ragged_decode_with_a_sliding_window(ragged_spy):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from icml26.core.lm import byte_tokenizer
+
+    tok = byte_tokenizer()
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=6,
+        max_position_embeddings=256, layer_types=["sliding_attention", "full_attention"],
+        pad_token_id=256, bos_token_id=257, eos_token_id=258)
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(cfg).double().eval()
+    out = generate(model, tok, PROMPTS, max_new_tokens=[40, 3, 4, 5, 30, 6], batch_size=6,
+                   eos_token_ids=(), temperature=1.0, logprobs=True)
+    assert ragged_spy and max(ragged_spy) >= 2
+    for p, g in zip(PROMPTS, out, strict=True):
+        ids = tok(p)["input_ids"]
+        assert g.logprobs == pytest.approx(_ref_logprobs(model, ids, g.token_ids), abs=1e-9)
+
+
+def test_the_model_is_switched_back_when_generation_fails(tiny):
+    model, tok = tiny
+
+    def boom(i, g):
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        generate(model, tok, PROMPTS, max_new_tokens=3, eos_token_ids=(), on_finish=boom)
+    assert model.config._attn_implementation == "sdpa"

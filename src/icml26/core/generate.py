@@ -11,6 +11,13 @@ architecture with a standard attention cache work unchanged) on a cache of its o
   ``StaticCache`` keeps one write position for the whole batch and hands attention its full
   preallocated length every step: a row cannot be refilled mid-batch, and each step reads all
   ``T`` columns. Chosen from its code, not timed.)
+- **Ragged decode attention.** A decode step's window is the longest live row, so one long row
+  would make every row read that many columns (decode attention is memory-bound: on CPU it was
+  ~30% of a SmolLM2 step at 300 columns and grows with the window). With ``ragged=True`` (the
+  default, for models on ``sdpa`` attention) each layer's decode attention runs per bucket of
+  rows whose lengths round up to the same power of two, over that bucket's columns only; the
+  linear layers stay batched. The masked columns it skips contribute exact zeros, so only the
+  floating-point summation order changes.
 - **Continuous refill.** ``batch_size`` slots are fed from the prompt queue; a finished row's
   slot takes the next prompt (prefilled in a group, left-padded, with per-row position ids), and
   once the queue is empty the batch is repacked onto its live rows whenever half are idle.
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +56,91 @@ __all__ = ["Generation", "PromptCache", "SlotCache", "generate", "encode_prompt"
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (kv_heads, n, head_dim)
 _MIN_AUTO_PREFIX = 8  # a shorter common prefix is not worth its own forward
+
+# --------------------------------------------------------------------------------------------
+# Ragged decode attention: per-bucket windows inside one forward
+
+RAGGED_ATTENTION = "icml26_ragged_sdpa"  # the name registered with transformers' AttentionInterface
+_RAGGED_MIN_WINDOW = 128  # smallest bucket (columns); windows up to twice this run unsplit
+_RAGGED_MAX_COST = 0.75  # split only when the buckets read at most this share of the columns
+_RAGGED_PLAN: ContextVar[list | None] = ContextVar("icml26_ragged_plan", default=None)
+
+
+def ragged_plan(need: torch.Tensor, window: int, *, min_window: int | None = None,
+                max_cost: float | None = None) -> list[tuple[torch.Tensor, int]] | None:
+    """Buckets for one decode step: ``[(rows, columns), ...]`` or None (one window for all).
+
+    ``need (B,)`` the columns each batch row reads (its length + 1); ``window`` the step's window
+    (``max(need)``). A row goes to the bucket of the smallest power of two ``>= need``, at least
+    ``min_window`` and at most ``window``. The plan is used only when its buckets read at most
+    ``max_cost`` of the ``B * window`` columns the single window reads, and has >= 2 buckets.
+    Defaults: the module's ``_RAGGED_MIN_WINDOW`` (128) and ``_RAGGED_MAX_COST`` (0.75).
+    """
+    min_window = _RAGGED_MIN_WINDOW if min_window is None else min_window
+    max_cost = _RAGGED_MAX_COST if max_cost is None else max_cost
+    need = need.to("cpu", torch.long)
+    if need.numel() < 2 or window < 2 * min_window:
+        return None
+    if int(need.max()) > window:
+        raise ValueError(f"a row needs {int(need.max())} columns; the window has {window}")
+    level = torch.clamp(need, min=min_window).double().log2().ceil().exp2().long()
+    level = torch.clamp(level, max=window)
+    keys = torch.unique(level)
+    if keys.numel() < 2:
+        return None
+    cost = int(level.sum())
+    if cost > max_cost * need.numel() * window:
+        return None
+    return [(torch.nonzero(level == k).flatten(), int(k)) for k in keys.tolist()]
+
+
+def _ragged_attention(module, query, key, value, attention_mask, **kwargs):
+    """transformers attention function: SDPA per bucket of :func:`ragged_plan` on decode steps
+    (one query position) while :func:`generate` has set a plan, plain SDPA otherwise."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    plan = _RAGGED_PLAN.get()
+    if plan is None or query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    out = None
+    for rows, w in plan:
+        rows = rows.to(query.device)
+        mask = attention_mask
+        if mask is not None:
+            mask = mask[..., :w]
+            if mask.shape[0] > 1:
+                mask = mask.index_select(0, rows)
+        o, _ = sdpa_attention_forward(module, query.index_select(0, rows),
+                                      key[:, :, :w].index_select(0, rows),
+                                      value[:, :, :w].index_select(0, rows), mask, **kwargs)
+        if out is None:
+            out = o.new_empty((query.shape[0], *o.shape[1:]))
+        out[rows] = o
+    return out, None
+
+
+def _use_ragged(model):
+    """Switch ``model`` to :data:`RAGGED_ATTENTION` when it runs on ``sdpa``; returns a function
+    that switches it back (None when the model is left as it is)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return None
+    from transformers import AttentionInterface
+
+    if RAGGED_ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(RAGGED_ATTENTION, _ragged_attention)
+    configs = {id(c): c for c in [config] + [m.config for m in model.modules()
+                                              if getattr(m, "config", None) is not None]}
+    changed = [c for c in configs.values() if getattr(c, "_attn_implementation", None) == "sdpa"]
+    for c in changed:
+        c._attn_implementation = RAGGED_ATTENTION
+
+    def restore():
+        for c in changed:
+            c._attn_implementation = "sdpa"
+
+    return restore
+
 
 
 @dataclass
@@ -337,6 +430,7 @@ def generate(
     on_finish: Callable | None = None,
     before_forward: Callable | None = None,
     feed: Callable[[int], Sequence] | None = None,
+    ragged: bool = True,
 ) -> list[Generation]:
     """Answer every prompt (in order) with a :class:`Generation`; see the module docstring.
 
@@ -380,6 +474,9 @@ def generate(
         kept (no repacking) and the cache grows when a fed request needs more columns; the
         sampling settings (``temperature``, ``top_p``, ``stop``, ``until``, ``logprobs``) are
         the call's, and the shared prefix (``"auto"``) is the one found in ``prompts``.
+    ragged : decode attention per bucket of rows of similar length (see the module docstring;
+        models on ``sdpa`` attention only, others run as they are). ``False`` gives every row
+        the step's whole window, as before.
     """
     per_max = None if isinstance(max_new_tokens, int) else [int(m) for m in max_new_tokens]
     for m in per_max or [max_new_tokens]:
@@ -476,6 +573,7 @@ def generate(
     queue = list(range(n))[::-1]  # pop() takes the next prompt
     every = max(1, S // 8) if refill_every is None else max(1, int(refill_every))
     advance, close = _progress(progress, n)
+    unragged = _use_ragged(model) if ragged else None  # switches the model back at the end
 
     def finish(i: int, reason: str, text: str | None = None) -> None:
         if text is None:
@@ -601,8 +699,13 @@ def generate(
                 allowed = torch.where(livet[:, None], cols[None] <= pos[:, None], cols[None] == 0)
                 write = torch.where(livet, pos, cache.t_max)
                 cache.plan(None, write[:, None].to(device), w)
-                logits = forward(cache, last[:, None], torch.where(livet, pos, 0)[:, None],
-                                 allowed[:, None], list(row_of))
+                plan = ragged_plan(torch.where(livet, pos, 0) + 1, w) if unragged else None
+                token = _RAGGED_PLAN.set(plan)
+                try:
+                    logits = forward(cache, last[:, None], torch.where(livet, pos, 0)[:, None],
+                                     allowed[:, None], list(row_of))
+                finally:
+                    _RAGGED_PLAN.reset(token)
                 pos += livet.long()
                 slots = [s for s, r in enumerate(row_of) if r >= 0]
                 take(slots, logits[torch.tensor(slots, device=device)])
@@ -614,6 +717,8 @@ def generate(
                 pos, last = pos[idx], last[idx]
     finally:
         close()
+        if unragged is not None:
+            unragged()
     return results  # type: ignore[return-value]
 
 
