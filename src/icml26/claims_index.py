@@ -394,9 +394,9 @@ CLAIMS: list[Claim] = [
         ),
         cpu_minutes={
             "tiny": 0.7,  # measured 38-43 CPU-s (150 users, 2 passes, 2 seeds, 3-point tuning)
-            "small": 280,  # estimate, docs/cclrec.md "Converged training": one converged fit
-                           # measured (LightGCN 136 CPU-s, CCLRec 464 CPU-s, 30 passes each);
-                           # 7 tuned arms x 5-8 fits (3-6 tuning + 2 more seeds): 200-530
+            "small": 150,  # docs/cclrec.md, measured 2026-12-08: 43 fits, 5,960 s wall with
+                           # --jobs 2 on the loaded 2-core box; fits x CPU-s per fit ~ 140 CPU-min
+                           # + data preparation (CCLRec's arms stop early: 6-24 passes)
         },
     ),
     Claim(
