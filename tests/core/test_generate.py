@@ -68,9 +68,8 @@ def test_sampled_logprobs_equal_a_full_forward(tiny, prefix):
         assert g.logprobs == pytest.approx(_ref_logprobs(model, ids, g.token_ids), abs=1e-9)
 
 
-def test_gemma3_sliding_window_logprobs_equal_a_full_forward():
-    """A tiny float64 Gemma3 with a 6-token sliding window on one of its two layers: prompts
-    longer than the window, log-probs against HF's own forward (which applies the window)."""
+def _tiny_gemma3():
+    """A tiny float64 Gemma3 with a 6-token sliding window on the first of its two layers."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     from icml26.core.lm import byte_tokenizer
@@ -83,6 +82,13 @@ def test_gemma3_sliding_window_logprobs_equal_a_full_forward():
         pad_token_id=256, bos_token_id=257, eos_token_id=258)
     torch.manual_seed(0)
     model = Gemma3ForCausalLM(cfg).double().eval()
+    return model, tok
+
+
+def test_gemma3_sliding_window_logprobs_equal_a_full_forward():
+    """A tiny float64 Gemma3 with a 6-token sliding window on one of its two layers: prompts
+    longer than the window, log-probs against HF's own forward (which applies the window)."""
+    model, tok = _tiny_gemma3()
     out = generate(model, tok, PROMPTS, max_new_tokens=12, batch_size=2, eos_token_ids=(),
                    temperature=1.0, logprobs=True)
     for p, g in zip(PROMPTS, out, strict=True):
@@ -303,18 +309,7 @@ def test_ragged_decode_equals_a_full_forward_and_the_single_window(tiny, ragged_
 
 
 def test_ragged_decode_with_a_sliding_window(ragged_spy):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    from icml26.core.lm import byte_tokenizer
-
-    tok = byte_tokenizer()
-    cfg = Gemma3TextConfig(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=6,
-        max_position_embeddings=256, layer_types=["sliding_attention", "full_attention"],
-        pad_token_id=256, bos_token_id=257, eos_token_id=258)
-    torch.manual_seed(0)
-    model = Gemma3ForCausalLM(cfg).double().eval()
+    model, tok = _tiny_gemma3()
     out = generate(model, tok, PROMPTS, max_new_tokens=[40, 3, 4, 5, 30, 6], batch_size=6,
                    eos_token_ids=(), temperature=1.0, logprobs=True)
     assert ragged_spy and max(ragged_spy) >= 2
