@@ -700,6 +700,8 @@ def generate(
                 write = torch.where(livet, pos, cache.t_max)
                 cache.plan(None, write[:, None].to(device), w)
                 plan = ragged_plan(torch.where(livet, pos, 0) + 1, w) if unragged else None
+                if plan is not None:  # the row indices on the model's device, once per step
+                    plan = [(idx.to(device), bw) for idx, bw in plan]
                 token = _RAGGED_PLAN.set(plan)
                 try:
                     logits = forward(cache, last[:, None], torch.where(livet, pos, 0)[:, None],
