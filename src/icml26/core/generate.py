@@ -103,8 +103,7 @@ def _ragged_attention(module, query, key, value, attention_mask, **kwargs):
     if plan is None or query.shape[2] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     out = None
-    for rows, w in plan:
-        rows = rows.to(query.device)
+    for rows, w in plan:  # rows are on the model's device (generate moves them once per step)
         mask = attention_mask
         if mask is not None:
             mask = mask[..., :w]
@@ -699,13 +698,14 @@ def generate(
                 allowed = torch.where(livet[:, None], cols[None] <= pos[:, None], cols[None] == 0)
                 write = torch.where(livet, pos, cache.t_max)
                 cache.plan(None, write[:, None].to(device), w)
-                plan = ragged_plan(torch.where(livet, pos, 0) + 1, w) if unragged else None
+                at = torch.where(livet, pos, 0)  # each row's position (idle rows: 0)
+                plan = ragged_plan(at + 1, w) if unragged else None
                 if plan is not None:  # the row indices on the model's device, once per step
                     plan = [(idx.to(device), bw) for idx, bw in plan]
                 token = _RAGGED_PLAN.set(plan)
                 try:
-                    logits = forward(cache, last[:, None], torch.where(livet, pos, 0)[:, None],
-                                     allowed[:, None], list(row_of))
+                    logits = forward(cache, last[:, None], at[:, None], allowed[:, None],
+                                     list(row_of))
                 finally:
                     _RAGGED_PLAN.reset(token)
                 pos += livet.long()
